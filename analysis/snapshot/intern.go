@@ -1,0 +1,65 @@
+package snapshot
+
+import "strings"
+
+// Interner deduplicates frames by content and stacks by their frame sequence while a
+// snapshot is being built. Both loaders (the fast pickle path and the generic one) use it, so
+// equal content always gets equal ids in order of first appearance.
+type Interner struct {
+	Frames  []Frame
+	Stacks  [][]FrameID
+	frameID map[Frame]FrameID
+	stackID map[string]StackID
+	keyBuf  []byte
+}
+
+// NewInterner returns an interner whose stack 0 is the empty stack.
+func NewInterner() *Interner {
+	return &Interner{
+		Stacks:  [][]FrameID{{}},
+		frameID: map[Frame]FrameID{},
+		stackID: map[string]StackID{"": EmptyStack},
+	}
+}
+
+// Frame interns one frame.
+func (in *Interner) Frame(f Frame) FrameID {
+	if id, ok := in.frameID[f]; ok {
+		return id
+	}
+	id := FrameID(len(in.Frames))
+	in.Frames = append(in.Frames, f)
+	in.frameID[f] = id
+	return id
+}
+
+// Stack interns a frame sequence; ids is not retained.
+func (in *Interner) Stack(ids []FrameID) StackID {
+	b := in.keyBuf[:0]
+	for _, id := range ids {
+		b = append(b, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+	}
+	in.keyBuf = b
+	if id, ok := in.stackID[string(b)]; ok { // no allocation for the lookup
+		return id
+	}
+	id := StackID(len(in.Stacks))
+	in.Stacks = append(in.Stacks, append([]FrameID(nil), ids...))
+	in.stackID[string(b)] = id
+	return id
+}
+
+// IsCppFrame reports whether a frame comes from C++ (PyTorch writes "??", "", a .cpp/.h/.cu
+// path or a basename without .py and line 0 for native frames).
+func IsCppFrame(f Frame) bool {
+	fn := f.Filename
+	if fn == "" || fn == "??" {
+		return true
+	}
+	for _, ext := range []string{".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".c"} {
+		if strings.HasSuffix(fn, ext) {
+			return true
+		}
+	}
+	return !strings.HasSuffix(fn, ".py") && f.Line == 0
+}

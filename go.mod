@@ -1,0 +1,3 @@
+module github.com/memsnap/memsnap
+
+go 1.26
