@@ -152,10 +152,15 @@ type Event struct {
 	Stack  StackID // NoStack when the event has no frames key
 	// DeviceFree is the free device memory reported with an oom event.
 	DeviceFree int64
-	// Optional newer fields, kept verbatim (interned strings).
-	CompileContext string
-	UserMetadata   string
-	ActionName     string // the raw action for ActionOther, empty otherwise
+	// Extra indexes Snapshot.EventExtras: the optional newer string fields (0 = none).
+	Extra uint32
+}
+
+// EventExtra holds an event's optional string fields; equal extras are shared by many events.
+type EventExtra struct {
+	CompileContext string `json:"compile_context,omitempty"`
+	UserMetadata   string `json:"user_metadata,omitempty"`
+	ActionName     string `json:"action_name,omitempty"` // raw action for ActionOther
 }
 
 // Annotation is one external_annotations entry (record_function / profiler spans).
@@ -210,7 +215,8 @@ type Snapshot struct {
 	Frames       []Frame
 	Stacks       [][]FrameID // Stacks[EmptyStack] is empty
 	Segments     []Segment
-	DeviceTraces [][]Event // index = device
+	DeviceTraces [][]Event    // index = device
+	EventExtras  []EventExtra // EventExtras[0] is the zero extra
 	Annotations  []Annotation
 	Settings     AllocatorSettings
 	Caps         Capabilities
