@@ -1,0 +1,736 @@
+package analysis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// ReplayOptions selects the device and bounds the lists of a replay.
+type ReplayOptions struct {
+	Device      int                `json:"device"`
+	Limit       int                `json:"limit"` // list length bound; 0 means 10
+	Attribution AttributionOptions `json:"attribution"`
+}
+
+// ActionCount is the number of trace events of one action.
+type ActionCount struct {
+	Action string `json:"action"`
+	Count  int64  `json:"count"`
+}
+
+// SiteBytes is memory held by one site.
+type SiteBytes struct {
+	Site     string  `json:"site"`
+	File     string  `json:"file"`
+	Line     int64   `json:"line"`
+	Function string  `json:"function"`
+	Category string  `json:"category"`
+	Bytes    int64   `json:"bytes"`
+	Blocks   int     `json:"blocks"`
+	Percent  float64 `json:"percent"`
+}
+
+// DelayedFrees summarises blocks whose free_completed came later than their free_requested
+// (the block was still in use by another stream: record_stream / cross-stream use).
+type DelayedFrees struct {
+	Count          int         `json:"count"`
+	Bytes          int64       `json:"bytes"`
+	MaxDelayEvents int         `json:"max_delay_events"`
+	MaxDelayUS     int64       `json:"max_delay_us"`
+	PendingAtEnd   int         `json:"pending_at_end"` // freed but not yet completed when the file was written
+	Streams        []string    `json:"streams"`
+	Sites          []SiteBytes `json:"sites"`
+}
+
+// RepeatingSite is a site that allocates across the trace and whose blocks are never freed.
+type RepeatingSite struct {
+	Site        string `json:"site"`
+	File        string `json:"file"`
+	Line        int64  `json:"line"`
+	Function    string `json:"function"`
+	Category    string `json:"category"`
+	Survivors   int    `json:"survivors"`   // blocks allocated in the trace and alive at its end
+	Bytes       int64  `json:"bytes"`       // their bytes
+	Iterations  int    `json:"iterations"`  // distinct iterations they were allocated in
+	Allocations int    `json:"allocations"` // all allocations of the site in the trace
+}
+
+// ReplayResult is the memory of one device over its recorded trace.
+type ReplayResult struct {
+	Path          string        `json:"path"`
+	Device        int           `json:"device"`
+	HasTrace      bool          `json:"has_trace"`
+	Events        int           `json:"events"`
+	DroppedEvents int64         `json:"dropped_events"`
+	EventCounts   []ActionCount `json:"event_counts"`
+	FirstTimeUS   int64         `json:"first_time_us"`
+	LastTimeUS    int64         `json:"last_time_us"`
+	DurationUS    int64         `json:"duration_us"`
+	// Start*: reconstructed memory when the trace starts (see Replay for how).
+	StartAllocatedBytes int64 `json:"start_allocated_bytes"`
+	StartReservedBytes  int64 `json:"start_reserved_bytes"`
+	// End*: replayed memory after the last event; Final*: the segments in the file.
+	EndAllocatedBytes   int64 `json:"end_allocated_bytes"`
+	EndReservedBytes    int64 `json:"end_reserved_bytes"`
+	FinalAllocatedBytes int64 `json:"final_allocated_bytes"`
+	FinalReservedBytes  int64 `json:"final_reserved_bytes"`
+	// Consistent: the replay ends exactly at the file's final state.
+	Consistent          bool  `json:"consistent"`
+	PeakAllocatedBytes  int64 `json:"peak_allocated_bytes"`
+	PeakAllocatedEvent  int   `json:"peak_allocated_event"` // index into the device trace; -1 = before the first event
+	PeakAllocatedTimeUS int64 `json:"peak_allocated_time_us"`
+	PeakReservedBytes   int64 `json:"peak_reserved_bytes"`
+	PeakReservedEvent   int   `json:"peak_reserved_event"`
+	PeakActiveBytes     int64 `json:"peak_active_bytes"`
+	// PreTrace*: blocks alive before the trace starts (frees without allocs, live blocks without allocs).
+	PreTraceBlocks int   `json:"pre_trace_blocks"`
+	PreTraceBytes  int64 `json:"pre_trace_bytes"`
+	// PeakSites: the sites holding allocated memory at the allocated peak, largest first.
+	PeakSites []SiteBytes `json:"peak_sites"`
+	// ActivationBytesAtPeak: bytes at the peak whose stacks are forward-pass allocations
+	// (what activation checkpointing could free).
+	ActivationBytesAtPeak int64           `json:"activation_bytes_at_peak"`
+	DelayedFrees          DelayedFrees    `json:"delayed_frees"`
+	IterationSource       string          `json:"iteration_source"` // "annotations", "none"
+	Iterations            int             `json:"iterations"`
+	RepeatingSites        []RepeatingSite `json:"repeating_sites"`
+	OOMEvents             int             `json:"oom_events"`
+	Notes                 []string        `json:"notes"`
+}
+
+// liveBlk is a block that is allocated or awaiting its free_completed during a replay.
+type liveBlk struct {
+	size       int64
+	stack      snapshot.StackID
+	stream     uint64
+	allocIdx   int // -1: alive before the trace
+	pending    bool
+	freeReqIdx int
+	freeReqUS  int64
+}
+
+type segRec struct {
+	size   int64
+	stream uint64
+}
+
+// engine replays one device trace event by event.
+type engine struct {
+	snap      *snapshot.Snapshot
+	evs       []snapshot.Event
+	next      int // next event to apply
+	live      map[uint64]*liveBlk
+	segs      map[uint64]segRec
+	allocated int64
+	active    int64
+	reserved  int64
+	// seeds
+	preBlocks   int
+	preBytes    int64
+	finalAlloc  int64
+	finalActive int64
+	finalRes    int64
+	unmatched   int // frees with no live block even after seeding
+	doubleAlloc int
+	onFreeDone  func(i int, b *liveBlk)
+	onFree      func(i int, b *liveBlk)
+}
+
+func newEngine(snap *snapshot.Snapshot, device int) *engine {
+	e := &engine{snap: snap, live: map[uint64]*liveBlk{}, segs: map[uint64]segRec{}}
+	if device >= 0 && device < len(snap.DeviceTraces) {
+		e.evs = snap.DeviceTraces[device]
+	}
+	// Final state of this device.
+	type fb struct {
+		b   snapshot.Block
+		seg *snapshot.Segment
+	}
+	finalBlocks := map[uint64]fb{}
+	for si := range snap.Segments {
+		s := &snap.Segments[si]
+		if s.Device != device {
+			continue
+		}
+		e.finalRes += s.TotalSize
+		for _, b := range s.Blocks {
+			switch b.State {
+			case snapshot.StateActiveAllocated:
+				e.finalAlloc += b.Size
+				e.finalActive += b.Size
+				finalBlocks[b.Address] = fb{b, s}
+			case snapshot.StateActivePendingFree:
+				e.finalActive += b.Size
+				finalBlocks[b.Address] = fb{b, s}
+			}
+		}
+	}
+	// First block event per address, and whether an address is ever allocated in the trace.
+	first := map[uint64]int{}
+	firstSeg := map[uint64]snapshot.Action{}
+	var segNet int64
+	for i, ev := range e.evs {
+		switch ev.Action {
+		case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+			if _, ok := first[ev.Addr]; !ok {
+				first[ev.Addr] = i
+			}
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
+			segNet += ev.Size
+			if _, ok := firstSeg[ev.Addr]; !ok {
+				firstSeg[ev.Addr] = ev.Action
+			}
+		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+			segNet -= ev.Size
+			if _, ok := firstSeg[ev.Addr]; !ok {
+				firstSeg[ev.Addr] = ev.Action
+			}
+		}
+	}
+	// Seed blocks alive before the trace: the first event of their address is a free.
+	for addr, i := range first {
+		ev := e.evs[i]
+		switch ev.Action {
+		case snapshot.ActionFreeRequested:
+			e.live[addr] = &liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, freeReqIdx: -1}
+			e.allocated += ev.Size
+			e.active += ev.Size
+			e.preBlocks++
+			e.preBytes += ev.Size
+		case snapshot.ActionFreeCompleted:
+			e.live[addr] = &liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, pending: true, freeReqIdx: -1}
+			e.active += ev.Size
+			e.preBlocks++
+			e.preBytes += ev.Size
+		}
+	}
+	// ... and blocks alive at the end whose address has no event at all.
+	for addr, f := range finalBlocks {
+		if _, ok := first[addr]; ok {
+			continue
+		}
+		b := &liveBlk{size: f.b.Size, stack: f.b.Stack, stream: f.seg.Stream, allocIdx: -1, freeReqIdx: -1}
+		e.active += b.size
+		if f.b.State == snapshot.StateActivePendingFree {
+			b.pending = true
+		} else {
+			e.allocated += b.size
+		}
+		e.live[addr] = b
+		e.preBlocks++
+		e.preBytes += b.size
+	}
+	// Reserved: offset from the final state by the trace's net segment change.
+	e.reserved = e.finalRes - segNet
+	for si := range snap.Segments {
+		s := &snap.Segments[si]
+		if s.Device != device {
+			continue
+		}
+		if act, ok := firstSeg[s.Address]; !ok || act == snapshot.ActionSegmentFree || act == snapshot.ActionSegmentUnmap {
+			e.segs[s.Address] = segRec{s.TotalSize, s.Stream}
+		}
+	}
+	for i := range e.evs {
+		ev := e.evs[i]
+		if (ev.Action == snapshot.ActionSegmentFree || ev.Action == snapshot.ActionSegmentUnmap) && firstSeg[ev.Addr] == ev.Action {
+			if _, ok := e.segs[ev.Addr]; !ok {
+				e.segs[ev.Addr] = segRec{ev.Size, ev.Stream}
+			}
+		}
+	}
+	return e
+}
+
+// step applies event e.next.
+func (e *engine) step() {
+	i := e.next
+	e.next++
+	ev := e.evs[i]
+	switch ev.Action {
+	case snapshot.ActionAlloc:
+		if old, ok := e.live[ev.Addr]; ok {
+			e.doubleAlloc++
+			if !old.pending {
+				e.allocated -= old.size
+			}
+			e.active -= old.size
+		}
+		e.live[ev.Addr] = &liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1}
+		e.allocated += ev.Size
+		e.active += ev.Size
+	case snapshot.ActionFreeRequested:
+		b := e.live[ev.Addr]
+		if b == nil {
+			e.unmatched++
+			return
+		}
+		if !b.pending {
+			b.pending = true
+			b.freeReqIdx = i
+			b.freeReqUS = ev.TimeUS
+			e.allocated -= b.size
+			if e.onFree != nil {
+				e.onFree(i, b)
+			}
+		}
+	case snapshot.ActionFreeCompleted:
+		b := e.live[ev.Addr]
+		if b == nil {
+			e.unmatched++
+			return
+		}
+		if !b.pending {
+			e.allocated -= b.size
+			if e.onFree != nil {
+				e.onFree(i, b)
+			}
+		}
+		e.active -= b.size
+		delete(e.live, ev.Addr)
+		if e.onFreeDone != nil {
+			e.onFreeDone(i, b)
+		}
+	case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
+		e.reserved += ev.Size
+		if ev.Action == snapshot.ActionSegmentAlloc {
+			e.segs[ev.Addr] = segRec{ev.Size, ev.Stream}
+		}
+	case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+		e.reserved -= ev.Size
+		if ev.Action == snapshot.ActionSegmentFree {
+			delete(e.segs, ev.Addr)
+		}
+	}
+}
+
+func (e *engine) done() bool { return e.next >= len(e.evs) }
+
+// run applies events up to (excluding) index stop, checking ctx now and then.
+func (e *engine) run(ctx context.Context, stop int) error {
+	for e.next < stop && !e.done() {
+		if e.next&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
+		}
+		e.step()
+	}
+	return nil
+}
+
+// liveSites groups the allocated (not pending) live blocks by site.
+func (e *engine) liveSites(a *Attributor, limit int) ([]SiteBytes, int64) {
+	type agg struct {
+		at     Attribution
+		bytes  int64
+		blocks int
+	}
+	m := map[string]*agg{}
+	var total, act int64
+	for _, b := range e.live {
+		if b.pending {
+			continue
+		}
+		var at Attribution
+		if b.allocIdx < 0 && b.stack == snapshot.NoStack {
+			at = Attribution{Site: Site{Site: "<allocated before the trace>", Kind: SiteKindNone}, Category: CategoryOther}
+		} else {
+			at = a.Attribute(e.snap, b.stack)
+		}
+		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
+		g := m[k]
+		if g == nil {
+			g = &agg{at: at}
+			m[k] = g
+		}
+		g.bytes += b.size
+		g.blocks++
+		total += b.size
+		if at.Category == CategoryActivation {
+			act += b.size
+		}
+	}
+	out := make([]SiteBytes, 0, len(m))
+	for _, g := range m {
+		out = append(out, SiteBytes{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
+			Category: g.at.Category, Bytes: g.bytes, Blocks: g.blocks, Percent: pct(g.bytes, total)})
+	}
+	sortSiteBytes(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, act
+}
+
+func sortSiteBytes(s []SiteBytes) {
+	slices.SortFunc(s, func(a, b SiteBytes) int {
+		if a.Bytes != b.Bytes {
+			if a.Bytes > b.Bytes {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Site, b.Site)
+	})
+}
+
+// Replay replays device's trace. See ReplayDevice.
+func Replay(ctx context.Context, snap *snapshot.Snapshot, device int) (*ReplayResult, error) {
+	return ReplayDevice(ctx, snap, ReplayOptions{Device: device})
+}
+
+// ReplayAll replays every device that has segments or trace events.
+func ReplayAll(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOptions) ([]*ReplayResult, error) {
+	out := []*ReplayResult{}
+	for _, d := range snap.Devices() {
+		o := opt
+		o.Device = d
+		r, err := ReplayDevice(ctx, snap, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ReplayDevice walks one device's trace and rebuilds allocated, active and reserved memory over time.
+//
+// How the starting state is rebuilt (traces usually start late and the ring buffer drops the
+// oldest events): a block is taken as alive before the trace when the first trace event of its
+// address is a free (free_requested: allocated; free_completed: pending), or when it is alive in
+// the file's final segments and its address has no event at all. Allocated memory starts at the
+// sum of those blocks, which for a consistent file equals the final allocated bytes minus the
+// trace's net change, so the replay lands exactly on the file's final state (Consistent says
+// whether it did). Reserved memory starts at the final reserved bytes minus the net of the
+// trace's segment_alloc/map and segment_free/unmap events. A file without a trace gets the final
+// state as its only point.
+func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOptions) (*ReplayResult, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("replay: no snapshot")
+	}
+	limit := opt.Limit
+	if limit <= 0 {
+		limit = 10
+	}
+	a, err := NewAttributor(opt.Attribution)
+	if err != nil {
+		return nil, err
+	}
+	dev := opt.Device
+	e := newEngine(snap, dev)
+	r := &ReplayResult{Path: snap.Path, Device: dev, HasTrace: len(e.evs) > 0, Events: len(e.evs),
+		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{},
+		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none"}
+	r.DelayedFrees = DelayedFrees{Streams: []string{}, Sites: []SiteBytes{}}
+	if dev >= 0 && dev < len(snap.DroppedEvents) {
+		r.DroppedEvents = snap.DroppedEvents[dev]
+	}
+	r.FinalAllocatedBytes, r.FinalReservedBytes = e.finalAlloc, e.finalRes
+	r.StartAllocatedBytes, r.StartReservedBytes = e.allocated, e.reserved
+	r.PreTraceBlocks, r.PreTraceBytes = e.preBlocks, e.preBytes
+	r.PeakAllocatedBytes, r.PeakReservedBytes, r.PeakActiveBytes = e.allocated, e.reserved, e.active
+
+	counts := map[snapshot.Action]int64{}
+	hasSegEvents := false
+	// Delayed frees.
+	type dsite struct {
+		bytes  int64
+		blocks int
+		stack  snapshot.StackID
+	}
+	dSites := map[snapshot.StackID]*dsite{}
+	streams := map[uint64]bool{}
+	e.onFreeDone = func(i int, b *liveBlk) {
+		if b.freeReqIdx < 0 || b.freeReqIdx == i-1 {
+			return
+		}
+		d := &r.DelayedFrees
+		d.Count++
+		d.Bytes += b.size
+		d.MaxDelayEvents = max(d.MaxDelayEvents, i-b.freeReqIdx)
+		if t := e.evs[i].TimeUS; t > 0 && b.freeReqUS > 0 {
+			d.MaxDelayUS = max(d.MaxDelayUS, t-b.freeReqUS)
+		}
+		streams[b.stream] = true
+		s := dSites[b.stack]
+		if s == nil {
+			s = &dsite{stack: b.stack}
+			dSites[b.stack] = s
+		}
+		s.bytes += b.size
+		s.blocks++
+	}
+	// Allocations per stack that survive to the end.
+	allocsPerStack := map[snapshot.StackID]int{}
+	for e.next < len(e.evs) {
+		i := e.next
+		if i&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+		}
+		ev := e.evs[i]
+		counts[ev.Action]++
+		switch ev.Action {
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree, snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
+			hasSegEvents = true
+		case snapshot.ActionAlloc:
+			allocsPerStack[ev.Stack]++
+		case snapshot.ActionOOM:
+			r.OOMEvents++
+		}
+		if ev.TimeUS > 0 {
+			if r.FirstTimeUS == 0 {
+				r.FirstTimeUS = ev.TimeUS
+			}
+			r.LastTimeUS = ev.TimeUS
+		}
+		e.step()
+		if e.allocated > r.PeakAllocatedBytes {
+			r.PeakAllocatedBytes, r.PeakAllocatedEvent, r.PeakAllocatedTimeUS = e.allocated, i, ev.TimeUS
+		}
+		if e.reserved > r.PeakReservedBytes {
+			r.PeakReservedBytes, r.PeakReservedEvent = e.reserved, i
+		}
+		r.PeakActiveBytes = max(r.PeakActiveBytes, e.active)
+	}
+	r.DurationUS = r.LastTimeUS - r.FirstTimeUS
+	r.EndAllocatedBytes, r.EndReservedBytes = e.allocated, e.reserved
+	r.Consistent = e.allocated == e.finalAlloc && e.reserved == e.finalRes && e.unmatched == 0 && e.doubleAlloc == 0
+	for _, act := range snapshot.Actions() {
+		if c := counts[act]; c > 0 {
+			r.EventCounts = append(r.EventCounts, ActionCount{Action: act.String(), Count: c})
+		}
+	}
+	if c := counts[snapshot.ActionOther]; c > 0 {
+		r.EventCounts = append(r.EventCounts, ActionCount{Action: "other", Count: c})
+	}
+	for _, b := range e.live {
+		if b.pending && b.freeReqIdx >= 0 {
+			r.DelayedFrees.PendingAtEnd++
+			streams[b.stream] = true
+		}
+	}
+	for s := range streams {
+		r.DelayedFrees.Streams = append(r.DelayedFrees.Streams, fmt.Sprintf("0x%x", s))
+	}
+	slices.Sort(r.DelayedFrees.Streams)
+	for _, s := range dSites {
+		at := a.Attribute(snap, s.stack)
+		r.DelayedFrees.Sites = append(r.DelayedFrees.Sites, SiteBytes{Site: at.Site.Site, File: at.File, Line: at.Line,
+			Function: at.Function, Category: at.Category, Bytes: s.bytes, Blocks: s.blocks, Percent: pct(s.bytes, r.DelayedFrees.Bytes)})
+	}
+	r.DelayedFrees.Sites = mergeSiteBytes(r.DelayedFrees.Sites, limit)
+
+	// Live sites at the peak: replay again up to the peak event.
+	pe := newEngine(snap, dev)
+	if err := pe.run(ctx, r.PeakAllocatedEvent+1); err != nil {
+		return nil, err
+	}
+	r.PeakSites, r.ActivationBytesAtPeak = pe.liveSites(a, limit)
+
+	// Iterations and sites whose allocations survive across them.
+	starts := iterationStarts(snap, dev)
+	if len(starts) > 0 {
+		r.IterationSource, r.Iterations = "annotations", len(starts)
+	}
+	r.RepeatingSites = repeatingSites(snap, a, e, starts, allocsPerStack, limit)
+
+	notes := &r.Notes
+	if !r.HasTrace {
+		*notes = append(*notes, "the file has no trace for this device: peak and start values are the final state only")
+	}
+	if snap.Caps.TraceIncomplete || e.preBlocks > 0 {
+		*notes = append(*notes, fmt.Sprintf("the trace starts after recording began: %d blocks (%s) were alive before its first event; their allocation sites are unknown unless they are still alive at the end", e.preBlocks, FormatBytes(e.preBytes)))
+	}
+	if snap.Caps.RingBufferFull {
+		*notes = append(*notes, "the trace ring buffer overflowed: the oldest events are lost")
+	}
+	if r.DroppedEvents > 0 {
+		*notes = append(*notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", r.DroppedEvents))
+	}
+	if r.HasTrace && !hasSegEvents && r.FinalReservedBytes > 0 {
+		*notes = append(*notes, "the trace has no segment events: reserved memory is the final value throughout")
+	}
+	if r.HasTrace && !r.Consistent {
+		*notes = append(*notes, fmt.Sprintf("the replay does not land on the file's final state (allocated %s vs %s, reserved %s vs %s, %d frees without a block, %d allocs over a live block)",
+			FormatBytes(e.allocated), FormatBytes(e.finalAlloc), FormatBytes(e.reserved), FormatBytes(e.finalRes), e.unmatched, e.doubleAlloc))
+	}
+	if r.HasTrace && r.FirstTimeUS == 0 {
+		*notes = append(*notes, "the trace has no timestamps (time_us): positions are event indices")
+	}
+	if r.StartReservedBytes < 0 {
+		*notes = append(*notes, "the segment events do not add up to the final segments (reserved would start negative)")
+	}
+	return r, nil
+}
+
+// mergeSiteBytes merges entries with the same site and sorts them, largest first.
+func mergeSiteBytes(in []SiteBytes, limit int) []SiteBytes {
+	m := map[string]int{}
+	out := []SiteBytes{}
+	var total int64
+	for _, s := range in {
+		total += s.Bytes
+		k := s.File + "\x00" + s.Function + "\x00" + fmt.Sprint(s.Line) + "\x00" + s.Site
+		if j, ok := m[k]; ok {
+			out[j].Bytes += s.Bytes
+			out[j].Blocks += s.Blocks
+			continue
+		}
+		m[k] = len(out)
+		out = append(out, s)
+	}
+	for i := range out {
+		out[i].Percent = pct(out[i].Bytes, total)
+	}
+	sortSiteBytes(out)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// iterationStarts returns the trace times where iterations begin, from ProfilerStep#N annotations.
+func iterationStarts(snap *snapshot.Snapshot, dev int) []int64 {
+	var out []int64
+	for _, an := range snap.Annotations {
+		if an.Stage == "START" && strings.HasPrefix(an.Name, "ProfilerStep#") && (an.Device == dev || an.Device < 0) {
+			out = append(out, an.TimeUS)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// repeatingSites finds sites whose trace allocations survive to the end across iterations (or,
+// without iterations, across the trace): memory allocated every iteration and never freed.
+func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []int64, allocs map[snapshot.StackID]int, limit int) []RepeatingSite {
+	type agg struct {
+		at     Attribution
+		surv   int
+		bytes  int64
+		iters  map[int]bool
+		allocs int
+		minIdx int
+		maxIdx int
+	}
+	m := map[string]*agg{}
+	for _, b := range e.live {
+		if b.allocIdx < 0 || b.pending {
+			continue
+		}
+		at := a.Attribute(snap, b.stack)
+		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line)
+		g := m[k]
+		if g == nil {
+			g = &agg{at: at, iters: map[int]bool{}, minIdx: b.allocIdx, maxIdx: b.allocIdx}
+			m[k] = g
+		}
+		g.surv++
+		g.bytes += b.size
+		g.minIdx = min(g.minIdx, b.allocIdx)
+		g.maxIdx = max(g.maxIdx, b.allocIdx)
+		if len(starts) > 0 {
+			t := e.evs[b.allocIdx].TimeUS
+			it, _ := slices.BinarySearch(starts, t+1)
+			g.iters[it] = true
+		}
+	}
+	for id, n := range allocs {
+		at := a.Attribute(snap, id)
+		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line)
+		if g := m[k]; g != nil {
+			g.allocs += n
+		}
+	}
+	out := []RepeatingSite{}
+	n := len(e.evs)
+	for _, g := range m {
+		iters := len(g.iters)
+		ok := false
+		if len(starts) > 0 {
+			ok = iters >= 3
+		} else {
+			// spread over at least half of the trace with at least 3 survivors
+			ok = g.surv >= 3 && n > 0 && g.maxIdx-g.minIdx >= n/2
+		}
+		if !ok {
+			continue
+		}
+		out = append(out, RepeatingSite{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
+			Category: g.at.Category, Survivors: g.surv, Bytes: g.bytes, Iterations: iters, Allocations: g.allocs})
+	}
+	slices.SortFunc(out, func(x, y RepeatingSite) int {
+		if x.Bytes != y.Bytes {
+			if x.Bytes > y.Bytes {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.Site, y.Site)
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Text renders the replay for a person or an agent.
+func (r *ReplayResult) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "device %d: ", r.Device)
+	if !r.HasTrace {
+		fmt.Fprintf(&b, "no trace; final allocated %s, reserved %s\n", FormatBytes(r.FinalAllocatedBytes), FormatBytes(r.FinalReservedBytes))
+	} else {
+		fmt.Fprintf(&b, "%d events", r.Events)
+		if r.DurationUS > 0 {
+			fmt.Fprintf(&b, " over %.3f s", float64(r.DurationUS)/1e6)
+		}
+		b.WriteString(" (")
+		for i, c := range r.EventCounts {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s %d", c.Action, c.Count)
+		}
+		b.WriteString(")\n")
+		fmt.Fprintf(&b, "  peak allocated %s (event %d), peak reserved %s; start %s / %s, end %s / %s\n",
+			FormatBytes(r.PeakAllocatedBytes), r.PeakAllocatedEvent, FormatBytes(r.PeakReservedBytes),
+			FormatBytes(r.StartAllocatedBytes), FormatBytes(r.StartReservedBytes),
+			FormatBytes(r.EndAllocatedBytes), FormatBytes(r.EndReservedBytes))
+	}
+	if len(r.PeakSites) > 0 {
+		b.WriteString("  live at the peak:\n")
+		for _, s := range r.PeakSites {
+			fmt.Fprintf(&b, "    %9s %5.1f%% %4d blocks  %s (%s) [%s]\n", FormatBytes(s.Bytes), s.Percent, s.Blocks, s.Site, s.Function, s.Category)
+		}
+	}
+	if r.ActivationBytesAtPeak > 0 {
+		fmt.Fprintf(&b, "  forward activations at the peak: %s (activation checkpointing would free most of it)\n", FormatBytes(r.ActivationBytesAtPeak))
+	}
+	if d := r.DelayedFrees; d.Count > 0 || d.PendingAtEnd > 0 {
+		fmt.Fprintf(&b, "  %d delayed frees (%s, up to %d events later) on streams %s: blocks used on another stream (record_stream); %d still pending at the end\n",
+			d.Count, FormatBytes(d.Bytes), d.MaxDelayEvents, strings.Join(d.Streams, ", "), d.PendingAtEnd)
+		for _, s := range d.Sites {
+			fmt.Fprintf(&b, "    %9s %4d blocks  %s\n", FormatBytes(s.Bytes), s.Blocks, s.Site)
+		}
+	}
+	for _, s := range r.RepeatingSites {
+		fmt.Fprintf(&b, "  %s allocates without freeing: %d blocks (%s) alive at the end", s.Site, s.Survivors, FormatBytes(s.Bytes))
+		if s.Iterations > 0 {
+			fmt.Fprintf(&b, " from %d iterations", s.Iterations)
+		}
+		b.WriteString("\n")
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	return b.String()
+}
