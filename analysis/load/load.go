@@ -1,0 +1,289 @@
+// Package load opens CUDA memory snapshot files of every known form — pickle protocols 2 to 5
+// (including the TorchScript writer's), JSON, either gzip-compressed, the old bare list of
+// segments, PyTorch 2.0's block history — and returns the typed model. Content decides the
+// form, never the file name. Directories load as one snapshot per rank, in parallel.
+package load
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/memsnap/memsnap/analysis/pickle"
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// Options control loading.
+type Options struct {
+	// MaxTraceEvents, when positive, keeps only the newest N events of each device trace.
+	MaxTraceEvents int
+	// Progress, when set, receives bytes read so far and the total (0 when unknown).
+	Progress func(done, total int64)
+}
+
+// Error is a load failure: the file, what is wrong, and the byte offset for pickles (-1 when
+// no offset applies).
+type Error struct {
+	File   string
+	Offset int64
+	Msg    string
+}
+
+func (e *Error) Error() string {
+	if e.Offset >= 0 {
+		return fmt.Sprintf("%s: %s (at byte %d)", e.File, e.Msg, e.Offset)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+// File loads one snapshot file; "-" reads standard input.
+func File(ctx context.Context, path string, opt Options) (*snapshot.Snapshot, error) {
+	if path == "-" {
+		return Reader(ctx, os.Stdin, "<stdin>", 0, opt)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &Error{File: path, Offset: -1, Msg: openMsg(err)}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, &Error{File: path, Offset: -1, Msg: err.Error()}
+	}
+	if st.IsDir() {
+		return nil, &Error{File: path, Offset: -1, Msg: "is a directory (load it as a set of rank snapshots)"}
+	}
+	s, err := Reader(ctx, f, path, st.Size(), opt)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func openMsg(err error) string {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "no such file"
+	case errors.Is(err, os.ErrPermission):
+		return "permission denied"
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// countingReader reports progress and lets the decoder be cancelled between reads.
+type countingReader struct {
+	r     io.Reader
+	n     int64
+	total int64
+	next  int64
+	opt   Options
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.opt.Progress != nil && c.n >= c.next {
+		c.next = c.n + 8<<20
+		c.opt.Progress(c.n, c.total)
+	}
+	return n, err
+}
+
+// Reader loads a snapshot from r; name is used in errors and size (0 if unknown) in progress.
+func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Options) (*snapshot.Snapshot, error) {
+	fail := func(off int64, format string, args ...any) error {
+		return &Error{File: name, Offset: off, Msg: fmt.Sprintf(format, args...)}
+	}
+	br := bufio.NewReaderSize(&countingReader{r: r, total: size, opt: opt}, 1<<20)
+	head, _ := br.Peek(2)
+	var format snapshot.Format
+	var src io.Reader = br
+	if len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fail(-1, "corrupt gzip header: %v", err)
+		}
+		defer zr.Close()
+		format.Gzip = true
+		src = bufio.NewReaderSize(zr, 1<<20)
+	}
+	inner := src.(*bufio.Reader)
+	first, err := inner.Peek(1)
+	if err != nil {
+		if format.Gzip {
+			return nil, fail(-1, "empty or corrupt gzip stream: %v", err)
+		}
+		return nil, fail(-1, "empty file")
+	}
+	var s *snapshot.Snapshot
+	switch c := skipSpace(inner); {
+	case c == '{' || c == '[':
+		format.Encoding = "json"
+		s, err = decodeJSON(ctx, inner, format, opt)
+		if err != nil {
+			return nil, fail(-1, "%v", err)
+		}
+	case first[0] == 0x80 || first[0] == '(' || first[0] == '}' || first[0] == ']':
+		format.Encoding = "pickle"
+		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents})
+		if err != nil {
+			var pe *pickle.Error
+			if errors.As(err, &pe) {
+				msg := pe.Msg
+				if format.Gzip {
+					msg += " in the decompressed stream"
+				}
+				return nil, fail(pe.Offset, "corrupt pickle: %s", msg)
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fail(-1, "%v", err)
+		}
+		format.Protocol = res.Protocol
+		if format.Protocol == 0 {
+			format.Protocol = 1
+		}
+		format.TypeTagGlobal = res.TypeTag
+		c := newConverter(res.Interner, res.Extras, opt.MaxTraceEvents)
+		s, err = c.snapshot(res.Root, format)
+		if err != nil {
+			return nil, fail(-1, "%v", err)
+		}
+	default:
+		return nil, fail(0, "not a snapshot: neither a pickle nor JSON (first byte 0x%02x)", first[0])
+	}
+	s.Path = name
+	return s, nil
+}
+
+// skipSpace peeks past leading whitespace (JSON may start with it) and returns the first
+// non-space byte, or 0.
+func skipSpace(r *bufio.Reader) byte {
+	for i := 1; i <= 4096; i++ {
+		b, err := r.Peek(i)
+		if err != nil || len(b) < i {
+			return 0
+		}
+		switch b[i-1] {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return b[i-1]
+	}
+	return 0
+}
+
+func decodeJSON(ctx context.Context, r io.Reader, format snapshot.Format, opt Options) (*snapshot.Snapshot, error) {
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	var root any
+	if err := dec.Decode(&root); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("corrupt JSON at byte %d: %v", se.Offset, err)
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("truncated JSON")
+		}
+		return nil, fmt.Errorf("corrupt JSON: %v", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return newConverter(nil, nil, opt.MaxTraceEvents).snapshot(root, format)
+}
+
+// Rank is one rank's snapshot from a directory.
+type Rank struct {
+	Rank int
+	File string
+	Snap *snapshot.Snapshot
+}
+
+var rankInName = regexp.MustCompile(`(?i)rank[_-]?(\d+)`)
+
+// Dir loads every regular file of a directory as one rank's snapshot, in parallel. The rank
+// comes from the file name (rank5.pickle, snapshot_rank_5.pkl) or else its sorted position.
+// Hidden files and README-like text files are skipped.
+func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, &Error{File: dir, Offset: -1, Msg: openMsg(err)}
+	}
+	var files []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		switch strings.ToLower(filepath.Ext(name)) {
+		case ".md", ".txt", ".html", ".py", ".log":
+			continue
+		}
+		files = append(files, name)
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return nil, &Error{File: dir, Offset: -1, Msg: "directory holds no snapshot files"}
+	}
+	ranks := make([]Rank, len(files))
+	allNamed := true
+	for i, name := range files {
+		ranks[i] = Rank{Rank: i, File: filepath.Join(dir, name)}
+		if m := rankInName.FindStringSubmatch(name); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			ranks[i].Rank = n
+		} else {
+			allNamed = false
+		}
+	}
+	if !allNamed {
+		for i := range ranks {
+			ranks[i].Rank = i
+		}
+	}
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ranks[i].Snap, errs[i] = File(ctx, ranks[i].File, opt)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range errs {
+			if e != nil {
+				return nil, e
+			}
+		}
+	}
+	sort.SliceStable(ranks, func(i, j int) bool { return ranks[i].Rank < ranks[j].Rank })
+	return ranks, nil
+}
+
+// IsDir reports whether path names a directory.
+func IsDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}

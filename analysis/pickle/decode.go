@@ -1,0 +1,672 @@
+// Package pickle is memsnap's purpose-built pickle decoder for CUDA memory snapshots. It walks
+// the opcodes once, never executes anything (the only global it accepts is the TorchScript
+// writer's torch.jit._pickle.restore_type_tag, treated as the identity), and reduces the hot
+// parts of a snapshot as they stream past: frame dicts become interned frame ids, frames lists
+// become interned stack ids, and trace event dicts become typed snapshot.Event values. The memo
+// is a fast path: a frames list referenced again is resolved to its stack id without re-reading.
+// Everything else (segments, settings, annotations) comes out as a plain value tree
+// (map[string]any, []any, string, int64, uint64, *big.Int, float64, bool, nil) for the loader.
+package pickle
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// Error is a decoding failure at a byte offset of the (decompressed) pickle stream.
+type Error struct {
+	Offset int64
+	Msg    string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (at byte %d)", e.Msg, e.Offset) }
+
+// Result is what Decode returns: the plain value tree plus the interned frames and stacks that
+// the reduced parts of the tree (snapshot.StackID leaves, []snapshot.Event lists) refer to.
+type Result struct {
+	Root     any
+	Interner *snapshot.Interner
+	Extras   []snapshot.EventExtra
+	Protocol int
+	TypeTag  bool // the restore_type_tag global was used
+}
+
+// Options bound the decoder.
+type Options struct {
+	// Progress, when set, is called about every 16 MiB of input with the bytes consumed so far.
+	Progress func(done int64)
+	// MaxEvents, when positive, keeps only the newest MaxEvents events of each trace list
+	// while decoding, so memory stays bounded whatever the trace length.
+	MaxEvents int
+}
+
+// EventList is a decoded device trace: the kept events, oldest first, and how many older
+// events a MaxEvents bound dropped.
+type EventList struct {
+	Events  []snapshot.Event
+	Dropped int64
+}
+
+type kind uint8
+
+const (
+	kNone kind = iota
+	kBool
+	kInt   // x holds the int64
+	kUint  // x holds a uint64 above MaxInt64
+	kBig   // s holds the decimal string of a larger integer
+	kFloat // x holds the float64 bits
+	kStr
+	kBytes
+	kList  // x indexes d.objs
+	kTuple // x indexes d.objs
+	kDict  // x indexes d.objs
+	kStack // x holds a snapshot.StackID (a reduced frames list)
+	kFrame // x holds a snapshot.FrameID (a reduced frame dict)
+	kEvent // x indexes d.loose: an event dict reduced before it reached a list
+	kGlobal
+	kMark // only on the mark stack bookkeeping, never a value
+)
+
+// val is one Python value on the stack or in the memo. Containers live in d.objs.
+type val struct {
+	k kind
+	x uint64
+	s string
+}
+
+// object is a list, tuple or dict under construction. Dict items alternate key, value.
+// Once a frame dict, frames list or event dict is reduced, items is released and red holds
+// the reduction; every later reference (memo or a value still on the stack) resolves to it.
+type object struct {
+	items   []val
+	ev      *eventList // a list of reduced trace events
+	red     uint64     // the reduction's payload (see redKind)
+	redKind kind       // kNone until reduced; then kStack, kFrame or kEvent
+}
+
+type eventList struct {
+	events  []snapshot.Event
+	dropped int64 // events dropped from the front by Options.MaxEvents
+}
+
+const (
+	maxMemoIndex  = 1 << 28 // beyond this BINPUT/LONG_BINPUT indexes go to a map
+	maxDepth      = 256
+	progressEvery = 16 << 20
+)
+
+type decoder struct {
+	r            *bufio.Reader
+	off          int64 // offset of the next unread byte
+	stack        []val
+	marks        []int
+	memo         []val
+	memoHi       map[uint64]val
+	objs         []object
+	in           *snapshot.Interner
+	extras       []snapshot.EventExtra
+	extraID      map[snapshot.EventExtra]uint32
+	loose        []snapshot.Event
+	proto        int
+	typeTag      bool
+	ctx          context.Context
+	opt          Options
+	nextProgress int64
+	frameBuf     []snapshot.FrameID
+	scratch      []byte
+}
+
+// Decode decodes one pickle from r. Bytes after STOP are not read.
+func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
+	d := &decoder{
+		r:            bufio.NewReaderSize(r, 1<<20),
+		in:           snapshot.NewInterner(),
+		extras:       []snapshot.EventExtra{{}},
+		extraID:      map[snapshot.EventExtra]uint32{{}: 0},
+		ctx:          ctx,
+		opt:          opt,
+		nextProgress: progressEvery,
+	}
+	root, err := d.run()
+	if err != nil {
+		return nil, err
+	}
+	tree, err := d.toTree(root, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Root: tree, Interner: d.in, Extras: d.extras, Protocol: d.proto, TypeTag: d.typeTag}, nil
+}
+
+func (d *decoder) fail(off int64, format string, args ...any) error {
+	return &Error{Offset: off, Msg: fmt.Sprintf(format, args...)}
+}
+
+// read returns the next n bytes. The slice is valid until the next read.
+func (d *decoder) read(n int) ([]byte, error) {
+	b, err := d.r.Peek(n)
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return d.readLong(n)
+		}
+		return nil, d.fail(d.off, "truncated: needed %d more bytes", n)
+	}
+	d.r.Discard(n)
+	d.off += int64(n)
+	return b, nil
+}
+
+// readLong reads n bytes that do not fit the buffer, growing the destination only as data
+// arrives, so a declared length larger than the input costs no more than the input.
+func (d *decoder) readLong(n int) ([]byte, error) {
+	start := d.off
+	buf := d.scratch[:0]
+	for len(buf) < n {
+		chunk := min(n-len(buf), 1<<20)
+		buf = append(buf, make([]byte, chunk)...)
+		got, err := io.ReadFull(d.r, buf[len(buf)-chunk:])
+		d.off += int64(got)
+		if err != nil {
+			return nil, d.fail(start, "truncated: declared length %d, input ends after %d bytes", n, d.off-start)
+		}
+	}
+	if cap(buf) <= 4<<20 {
+		d.scratch = buf
+	}
+	return buf, nil
+}
+
+func (d *decoder) byte1() (byte, error) {
+	c, err := d.r.ReadByte()
+	if err != nil {
+		return 0, d.fail(d.off, "truncated: no STOP opcode")
+	}
+	d.off++
+	return c, nil
+}
+
+func (d *decoder) push(v val) { d.stack = append(d.stack, v) }
+
+func (d *decoder) pop(at int64, op string) (val, error) {
+	lo := 0
+	if len(d.marks) > 0 {
+		lo = d.marks[len(d.marks)-1]
+	}
+	if len(d.stack) <= lo {
+		return val{}, d.fail(at, "stack underflow in %s", op)
+	}
+	v := d.stack[len(d.stack)-1]
+	d.stack = d.stack[:len(d.stack)-1]
+	return v, nil
+}
+
+func (d *decoder) top(at int64, op string) (*val, error) {
+	lo := 0
+	if len(d.marks) > 0 {
+		lo = d.marks[len(d.marks)-1]
+	}
+	if len(d.stack) <= lo {
+		return nil, d.fail(at, "stack underflow in %s", op)
+	}
+	return &d.stack[len(d.stack)-1], nil
+}
+
+// popMark returns the items above the topmost mark and removes them and the mark.
+func (d *decoder) popMark(at int64, op string) ([]val, error) {
+	if len(d.marks) == 0 {
+		return nil, d.fail(at, "%s without MARK", op)
+	}
+	m := d.marks[len(d.marks)-1]
+	d.marks = d.marks[:len(d.marks)-1]
+	items := d.stack[m:]
+	d.stack = d.stack[:m]
+	return items, nil
+}
+
+func (d *decoder) newObj(k kind, items []val) val {
+	d.objs = append(d.objs, object{items: items})
+	return val{k: k, x: uint64(len(d.objs) - 1)}
+}
+
+func (d *decoder) memoize(idx uint64, v val) {
+	if idx < maxMemoIndex {
+		for uint64(len(d.memo)) <= idx {
+			d.memo = append(d.memo, val{k: kMark}) // kMark = unset slot
+		}
+		d.memo[idx] = v
+		return
+	}
+	if d.memoHi == nil {
+		d.memoHi = map[uint64]val{}
+	}
+	d.memoHi[idx] = v
+}
+
+func (d *decoder) memoGet(at int64, idx uint64) (val, error) {
+	if idx < uint64(len(d.memo)) && d.memo[idx].k != kMark {
+		return d.resolved(d.memo[idx]), nil
+	}
+	if v, ok := d.memoHi[idx]; ok {
+		return d.resolved(v), nil
+	}
+	return val{}, d.fail(at, "memo slot %d read before it was set", idx)
+}
+
+func (d *decoder) length(b []byte) int { return int(binary.LittleEndian.Uint32(b)) }
+
+// run executes opcodes until STOP and returns the value left on the stack.
+func (d *decoder) run() (val, error) {
+	for {
+		at := d.off
+		if at >= d.nextProgress {
+			d.nextProgress += progressEvery
+			if err := d.ctx.Err(); err != nil {
+				return val{}, err
+			}
+			if d.opt.Progress != nil {
+				d.opt.Progress(at)
+			}
+		}
+		op, err := d.byte1()
+		if err != nil {
+			if at == 0 {
+				return val{}, d.fail(0, "empty input")
+			}
+			return val{}, err
+		}
+		switch op {
+		case 0x80: // PROTO
+			b, err := d.read(1)
+			if err != nil {
+				return val{}, err
+			}
+			if b[0] > 5 {
+				return val{}, d.fail(at, "unsupported pickle protocol %d", b[0])
+			}
+			d.proto = int(b[0])
+		case 0x95: // FRAME: a length hint only
+			if _, err := d.read(8); err != nil {
+				return val{}, err
+			}
+		case '}': // EMPTY_DICT
+			d.push(d.newObj(kDict, nil))
+		case ']': // EMPTY_LIST
+			d.push(d.newObj(kList, nil))
+		case ')': // EMPTY_TUPLE
+			d.push(d.newObj(kTuple, nil))
+		case '(': // MARK
+			if len(d.marks) >= maxDepth*64 {
+				return val{}, d.fail(at, "too many nested MARKs")
+			}
+			d.marks = append(d.marks, len(d.stack))
+		case 0x94: // MEMOIZE
+			t, err := d.top(at, "MEMOIZE")
+			if err != nil {
+				return val{}, err
+			}
+			d.memoize(uint64(len(d.memo)), *t)
+		case 'q': // BINPUT
+			b, err := d.read(1)
+			if err != nil {
+				return val{}, err
+			}
+			t, err := d.top(at, "BINPUT")
+			if err != nil {
+				return val{}, err
+			}
+			d.memoize(uint64(b[0]), *t)
+		case 'r': // LONG_BINPUT
+			b, err := d.read(4)
+			if err != nil {
+				return val{}, err
+			}
+			t, err := d.top(at, "LONG_BINPUT")
+			if err != nil {
+				return val{}, err
+			}
+			d.memoize(uint64(binary.LittleEndian.Uint32(b)), *t)
+		case 'h': // BINGET
+			b, err := d.read(1)
+			if err != nil {
+				return val{}, err
+			}
+			v, err := d.memoGet(at, uint64(b[0]))
+			if err != nil {
+				return val{}, err
+			}
+			d.push(v)
+		case 'j': // LONG_BINGET
+			b, err := d.read(4)
+			if err != nil {
+				return val{}, err
+			}
+			v, err := d.memoGet(at, uint64(binary.LittleEndian.Uint32(b)))
+			if err != nil {
+				return val{}, err
+			}
+			d.push(v)
+		case 0x8c: // SHORT_BINUNICODE
+			b, err := d.read(1)
+			if err != nil {
+				return val{}, err
+			}
+			s, err := d.read(int(b[0]))
+			if err != nil {
+				return val{}, err
+			}
+			d.push(val{k: kStr, s: string(s)})
+		case 'X', 'B', 'C', 0x8d, 0x8e, 0x96: // BINUNICODE, BINBYTES, SHORT_BINBYTES, BINUNICODE8, BINBYTES8, BYTEARRAY8
+			var n uint64
+			switch op {
+			case 'X', 'B':
+				b, err := d.read(4)
+				if err != nil {
+					return val{}, err
+				}
+				n = uint64(binary.LittleEndian.Uint32(b))
+			case 'C':
+				b, err := d.read(1)
+				if err != nil {
+					return val{}, err
+				}
+				n = uint64(b[0])
+			default:
+				b, err := d.read(8)
+				if err != nil {
+					return val{}, err
+				}
+				n = binary.LittleEndian.Uint64(b)
+			}
+			if n > math.MaxInt32 {
+				return val{}, d.fail(at, "string length %d is larger than any snapshot", n)
+			}
+			s, err := d.read(int(n))
+			if err != nil {
+				return val{}, err
+			}
+			if op == 'X' || op == 0x8d {
+				d.push(val{k: kStr, s: string(s)})
+			} else {
+				d.push(val{k: kBytes, s: string(s)})
+			}
+		case 'K': // BININT1
+			b, err := d.read(1)
+			if err != nil {
+				return val{}, err
+			}
+			d.push(val{k: kInt, x: uint64(b[0])})
+		case 'M': // BININT2
+			b, err := d.read(2)
+			if err != nil {
+				return val{}, err
+			}
+			d.push(val{k: kInt, x: uint64(binary.LittleEndian.Uint16(b))})
+		case 'J': // BININT
+			b, err := d.read(4)
+			if err != nil {
+				return val{}, err
+			}
+			d.push(val{k: kInt, x: uint64(int64(int32(binary.LittleEndian.Uint32(b))))})
+		case 0x8a: // LONG1
+			b, err := d.read(1)
+			if err != nil {
+				return val{}, err
+			}
+			raw, err := d.read(int(b[0]))
+			if err != nil {
+				return val{}, err
+			}
+			d.push(decodeLong(raw))
+		case 0x8b: // LONG4
+			b, err := d.read(4)
+			if err != nil {
+				return val{}, err
+			}
+			n := binary.LittleEndian.Uint32(b)
+			if n > 1<<16 {
+				return val{}, d.fail(at, "integer of %d bytes is larger than any snapshot value", n)
+			}
+			raw, err := d.read(int(n))
+			if err != nil {
+				return val{}, err
+			}
+			d.push(decodeLong(raw))
+		case 'G': // BINFLOAT (big-endian)
+			b, err := d.read(8)
+			if err != nil {
+				return val{}, err
+			}
+			d.push(val{k: kFloat, x: binary.BigEndian.Uint64(b)})
+		case 0x88: // NEWTRUE
+			d.push(val{k: kBool, x: 1})
+		case 0x89: // NEWFALSE
+			d.push(val{k: kBool})
+		case 'N': // NONE
+			d.push(val{k: kNone})
+		case 0x85, 0x86, 0x87: // TUPLE1, TUPLE2, TUPLE3
+			n := int(op - 0x84)
+			lo := 0
+			if len(d.marks) > 0 {
+				lo = d.marks[len(d.marks)-1]
+			}
+			if len(d.stack)-lo < n {
+				return val{}, d.fail(at, "stack underflow in TUPLE%d", n)
+			}
+			items := append([]val(nil), d.stack[len(d.stack)-n:]...)
+			d.stack = d.stack[:len(d.stack)-n]
+			d.push(d.newObj(kTuple, items))
+		case 't': // TUPLE
+			items, err := d.popMark(at, "TUPLE")
+			if err != nil {
+				return val{}, err
+			}
+			d.push(d.newObj(kTuple, append([]val(nil), items...)))
+		case 'l': // LIST
+			items, err := d.popMark(at, "LIST")
+			if err != nil {
+				return val{}, err
+			}
+			v := d.newObj(kList, nil)
+			if err := d.appendItems(at, v, items); err != nil {
+				return val{}, err
+			}
+			d.push(v)
+		case 'd': // DICT
+			items, err := d.popMark(at, "DICT")
+			if err != nil {
+				return val{}, err
+			}
+			v := d.newObj(kDict, nil)
+			if err := d.setItems(at, v, items); err != nil {
+				return val{}, err
+			}
+			d.push(v)
+		case 'a': // APPEND
+			item, err := d.pop(at, "APPEND")
+			if err != nil {
+				return val{}, err
+			}
+			t, err := d.top(at, "APPEND")
+			if err != nil {
+				return val{}, err
+			}
+			if err := d.appendItems(at, *t, []val{item}); err != nil {
+				return val{}, err
+			}
+		case 'e': // APPENDS
+			items, err := d.popMark(at, "APPENDS")
+			if err != nil {
+				return val{}, err
+			}
+			t, err := d.top(at, "APPENDS")
+			if err != nil {
+				return val{}, err
+			}
+			if err := d.appendItems(at, *t, items); err != nil {
+				return val{}, err
+			}
+		case 's': // SETITEM
+			if len(d.stack) < 3 {
+				return val{}, d.fail(at, "stack underflow in SETITEM")
+			}
+			v, _ := d.pop(at, "SETITEM")
+			k, err := d.pop(at, "SETITEM")
+			if err != nil {
+				return val{}, err
+			}
+			t, err := d.top(at, "SETITEM")
+			if err != nil {
+				return val{}, err
+			}
+			if err := d.setItems(at, *t, []val{k, v}); err != nil {
+				return val{}, err
+			}
+		case 'u': // SETITEMS
+			items, err := d.popMark(at, "SETITEMS")
+			if err != nil {
+				return val{}, err
+			}
+			if len(items)%2 != 0 {
+				return val{}, d.fail(at, "SETITEMS with an odd number of items")
+			}
+			t, err := d.top(at, "SETITEMS")
+			if err != nil {
+				return val{}, err
+			}
+			if err := d.setItems(at, *t, items); err != nil {
+				return val{}, err
+			}
+		case 'c': // GLOBAL "module\nname\n"
+			mod, err := d.readLine(at)
+			if err != nil {
+				return val{}, err
+			}
+			name, err := d.readLine(at)
+			if err != nil {
+				return val{}, err
+			}
+			if err := d.global(at, mod, name); err != nil {
+				return val{}, err
+			}
+		case 0x93: // STACK_GLOBAL
+			name, err := d.pop(at, "STACK_GLOBAL")
+			if err != nil {
+				return val{}, err
+			}
+			mod, err := d.pop(at, "STACK_GLOBAL")
+			if err != nil {
+				return val{}, err
+			}
+			if mod.k != kStr || name.k != kStr {
+				return val{}, d.fail(at, "STACK_GLOBAL needs two strings")
+			}
+			if err := d.global(at, mod.s, name.s); err != nil {
+				return val{}, err
+			}
+		case 'R': // REDUCE: only restore_type_tag(obj, type_str) → obj
+			args, err := d.pop(at, "REDUCE")
+			if err != nil {
+				return val{}, err
+			}
+			fn, err := d.pop(at, "REDUCE")
+			if err != nil {
+				return val{}, err
+			}
+			if fn.k != kGlobal {
+				return val{}, d.fail(at, "REDUCE of something that is not restore_type_tag: refusing to call it")
+			}
+			if args.k != kTuple || len(d.objs[args.x].items) == 0 {
+				return val{}, d.fail(at, "restore_type_tag needs a tuple argument")
+			}
+			d.push(d.objs[args.x].items[0])
+		case '0': // POP
+			if _, err := d.pop(at, "POP"); err != nil {
+				return val{}, err
+			}
+		case '1': // POP_MARK
+			if _, err := d.popMark(at, "POP_MARK"); err != nil {
+				return val{}, err
+			}
+		case '2': // DUP
+			t, err := d.top(at, "DUP")
+			if err != nil {
+				return val{}, err
+			}
+			d.push(*t)
+		case '.': // STOP
+			if len(d.marks) != 0 || len(d.stack) != 1 {
+				return val{}, d.fail(at, "STOP with %d values on the stack (want 1)", len(d.stack))
+			}
+			return d.stack[0], nil
+		default:
+			return val{}, d.fail(at, "unsupported or invalid opcode 0x%02x", op)
+		}
+	}
+}
+
+func (d *decoder) readLine(at int64) (string, error) {
+	var out []byte
+	for len(out) < 256 {
+		c, err := d.byte1()
+		if err != nil {
+			return "", err
+		}
+		if c == '\n' {
+			return string(out), nil
+		}
+		out = append(out, c)
+	}
+	return "", d.fail(at, "GLOBAL name too long")
+}
+
+func (d *decoder) global(at int64, mod, name string) error {
+	if mod == "torch.jit._pickle" && name == "restore_type_tag" {
+		d.typeTag = true
+		d.push(val{k: kGlobal})
+		return nil
+	}
+	return d.fail(at, "refusing global %s.%s: a snapshot holds only plain data", mod, name)
+}
+
+// decodeLong decodes a little-endian two's-complement integer.
+func decodeLong(raw []byte) val {
+	n := len(raw)
+	if n == 0 {
+		return val{k: kInt}
+	}
+	if n <= 8 {
+		var u uint64
+		for i := n - 1; i >= 0; i-- {
+			u = u<<8 | uint64(raw[i])
+		}
+		if raw[n-1]&0x80 != 0 && n < 8 { // sign-extend
+			u |= ^uint64(0) << (8 * n)
+		}
+		return val{k: kInt, x: u}
+	}
+	if n == 9 && raw[8] == 0 {
+		u := binary.LittleEndian.Uint64(raw)
+		if u > math.MaxInt64 {
+			return val{k: kUint, x: u}
+		}
+		return val{k: kInt, x: u}
+	}
+	be := make([]byte, n)
+	for i := range raw {
+		be[n-1-i] = raw[i]
+	}
+	b := new(big.Int).SetBytes(be)
+	if raw[n-1]&0x80 != 0 {
+		b.Sub(b, new(big.Int).Lsh(big.NewInt(1), uint(8*n)))
+	}
+	return val{k: kBig, s: b.String()}
+}

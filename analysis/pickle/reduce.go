@@ -1,0 +1,384 @@
+package pickle
+
+import (
+	"math"
+	"math/big"
+	"strconv"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// resolved returns the reduction of a container that has been reduced, else v itself.
+func (d *decoder) resolved(v val) val {
+	if v.k == kList || v.k == kDict {
+		if o := &d.objs[v.x]; o.redKind != kNone {
+			return val{k: o.redKind, x: o.red}
+		}
+	}
+	return v
+}
+
+// reduceTo records that container v now stands for r and releases its items.
+func (d *decoder) reduceTo(v, r val) {
+	o := &d.objs[v.x]
+	o.red, o.redKind = r.x, r.k
+	o.items = nil
+}
+
+// appendItems appends to a list, reducing frame dicts to frame ids and trace event dicts to
+// typed events as they arrive.
+func (d *decoder) appendItems(at int64, target val, items []val) error {
+	if target.k != kList {
+		return d.fail(at, "APPEND to a %s, not a list", target.k)
+	}
+	for _, it := range items {
+		it = d.resolved(it)
+		if it.k == kDict {
+			if fr, ok := d.frameOf(it); ok {
+				d.reduceTo(it, fr)
+				it = fr
+			} else if o := &d.objs[it.x]; isEventDict(o.items) {
+				lst := &d.objs[target.x]
+				if len(lst.items) > 0 {
+					return d.fail(at, "a list mixes trace events with other values")
+				}
+				ev, err := d.event(at, o.items)
+				if err != nil {
+					return err
+				}
+				if lst.ev == nil {
+					lst.ev = &eventList{}
+				}
+				lst.ev.events = append(lst.ev.events, ev)
+				d.bound(lst.ev)
+				pos := uint64(len(lst.ev.events) - 1)
+				if pos >= 1<<32 || target.x >= 1<<32 {
+					return d.fail(at, "too many trace events")
+				}
+				d.reduceTo(it, val{k: kEvent, x: target.x<<32 | pos})
+				continue
+			}
+		}
+		lst := &d.objs[target.x]
+		if lst.ev != nil {
+			if it.k != kEvent {
+				return d.fail(at, "a list mixes trace events with other values")
+			}
+			lst.ev.events = append(lst.ev.events, d.eventAt(it))
+			continue
+		}
+		if it.k == kEvent && len(lst.items) == 0 {
+			lst.ev = &eventList{events: []snapshot.Event{d.eventAt(it)}}
+			continue
+		}
+		lst.items = append(lst.items, it)
+	}
+	return nil
+}
+
+// bound drops the oldest events of a list beyond Options.MaxEvents, amortised: the list is
+// compacted when it reaches twice the bound.
+func (d *decoder) bound(lst *eventList) {
+	n := d.opt.MaxEvents
+	if n <= 0 || len(lst.events) < 2*n {
+		return
+	}
+	drop := len(lst.events) - n
+	copy(lst.events, lst.events[drop:])
+	lst.events = lst.events[:n]
+	lst.dropped += int64(drop)
+}
+
+func (d *decoder) eventAt(v val) snapshot.Event {
+	var evs []snapshot.Event
+	if l := d.objs[v.x>>32].ev; l != nil {
+		evs = l.events
+	}
+	if i := int(uint32(v.x)); i < len(evs) {
+		return evs[i]
+	}
+	return snapshot.Event{Stack: snapshot.NoStack} // dropped by the MaxEvents bound
+}
+
+// setItems stores key/value pairs in a dict; a frames list stored under "frames" becomes its
+// interned stack id.
+func (d *decoder) setItems(at int64, target val, items []val) error {
+	if target.k != kDict {
+		return d.fail(at, "SETITEMS on a %s, not a dict", target.k)
+	}
+	for i := 0; i+1 < len(items); i += 2 {
+		k, v := d.resolved(items[i]), d.resolved(items[i+1])
+		if k.k == kStr && k.s == "frames" && v.k == kList {
+			if st, ok := d.stackOf(v); ok {
+				d.reduceTo(v, st)
+				v = st
+			}
+		}
+		o := &d.objs[target.x]
+		o.items = append(o.items, k, v)
+	}
+	return nil
+}
+
+// frameOf reduces a dict with filename, line and name (and optional FX keys) to a frame id.
+func (d *decoder) frameOf(v val) (val, bool) {
+	o := &d.objs[v.x]
+	items := o.items
+	if len(items) < 6 {
+		return val{}, false
+	}
+	var f snapshot.Frame
+	var seen uint8
+	for i := 0; i+1 < len(items); i += 2 {
+		k, x := items[i], items[i+1]
+		if k.k != kStr {
+			return val{}, false
+		}
+		switch k.s {
+		case "filename":
+			if x.k != kStr {
+				return val{}, false
+			}
+			f.Filename, seen = x.s, seen|1
+		case "name":
+			if x.k != kStr {
+				return val{}, false
+			}
+			f.Name, seen = x.s, seen|2
+		case "line":
+			switch x.k {
+			case kInt:
+				f.Line = int64(x.x)
+			case kUint, kBig:
+				f.Line = snapshot.LineUnknown
+			default:
+				return val{}, false
+			}
+			seen |= 4
+		}
+	}
+	if seen != 7 {
+		return val{}, false
+	}
+	return val{k: kFrame, x: uint64(d.in.Frame(f))}, true
+}
+
+// stackOf reduces a list of frames to an interned stack id.
+func (d *decoder) stackOf(v val) (val, bool) {
+	o := &d.objs[v.x]
+	if o.ev != nil {
+		return val{}, false
+	}
+	ids := d.frameBuf[:0]
+	for _, it := range o.items {
+		it = d.resolved(it)
+		if it.k != kFrame {
+			return val{}, false
+		}
+		ids = append(ids, snapshot.FrameID(it.x))
+	}
+	d.frameBuf = ids
+	return val{k: kStack, x: uint64(d.in.Stack(ids))}, true
+}
+
+func isEventDict(items []val) bool {
+	for i := 0; i+1 < len(items); i += 2 {
+		if items[i].k == kStr && items[i].s == "action" {
+			return items[i+1].k == kStr
+		}
+	}
+	return false
+}
+
+// event converts an event dict's items to a typed event. Unknown keys are ignored.
+func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
+	ev := snapshot.Event{Stack: snapshot.NoStack}
+	var extra snapshot.EventExtra
+	for i := 0; i+1 < len(items); i += 2 {
+		k, x := items[i], items[i+1]
+		if k.k != kStr {
+			continue
+		}
+		var err error
+		switch k.s {
+		case "action":
+			ev.Action = snapshot.ParseAction(x.s)
+			if ev.Action == snapshot.ActionOther {
+				extra.ActionName = x.s
+			}
+		case "addr":
+			ev.Addr, err = d.uintField(at, "addr", x)
+		case "size":
+			ev.Size, err = d.intField(at, "size", x)
+		case "stream":
+			ev.Stream, err = d.uintField(at, "stream", x)
+		case "time_us":
+			ev.TimeUS, err = d.intField(at, "time_us", x)
+		case "device_free":
+			ev.DeviceFree, err = d.intField(at, "device_free", x)
+		case "frames":
+			switch x.k {
+			case kStack:
+				ev.Stack = snapshot.StackID(x.x)
+			case kNone:
+			default:
+				return ev, d.fail(at, "trace event frames is a %s, not a list of frames", x.k)
+			}
+		case "compile_context":
+			if x.k == kStr {
+				extra.CompileContext = x.s
+			}
+		case "user_metadata":
+			if x.k == kStr {
+				extra.UserMetadata = x.s
+			}
+		}
+		if err != nil {
+			return ev, err
+		}
+	}
+	if extra != (snapshot.EventExtra{}) {
+		id, ok := d.extraID[extra]
+		if !ok {
+			id = uint32(len(d.extras))
+			d.extras = append(d.extras, extra)
+			d.extraID[extra] = id
+		}
+		ev.Extra = id
+	}
+	return ev, nil
+}
+
+func (d *decoder) intField(at int64, name string, x val) (int64, error) {
+	switch x.k {
+	case kInt:
+		return int64(x.x), nil
+	case kBool:
+		return int64(x.x), nil
+	case kNone:
+		return 0, nil
+	}
+	return 0, d.fail(at, "trace event %s is a %s, not an integer that fits 64 bits", name, x.k)
+}
+
+func (d *decoder) uintField(at int64, name string, x val) (uint64, error) {
+	switch x.k {
+	case kInt, kUint:
+		return x.x, nil
+	case kNone:
+		return 0, nil
+	}
+	return 0, d.fail(at, "trace event %s is a %s, not an integer that fits 64 bits", name, x.k)
+}
+
+func (k kind) String() string {
+	switch k {
+	case kNone:
+		return "None"
+	case kBool:
+		return "bool"
+	case kInt, kUint, kBig:
+		return "int"
+	case kFloat:
+		return "float"
+	case kStr:
+		return "str"
+	case kBytes:
+		return "bytes"
+	case kList:
+		return "list"
+	case kTuple:
+		return "tuple"
+	case kDict:
+		return "dict"
+	case kStack:
+		return "frames list"
+	case kFrame:
+		return "frame"
+	case kEvent:
+		return "trace event"
+	case kGlobal:
+		return "global"
+	}
+	return "mark"
+}
+
+// toTree converts the final value to the plain tree the loader reads.
+func (d *decoder) toTree(v val, depth int) (any, error) {
+	if depth > maxDepth {
+		return nil, d.fail(d.off, "values nested more than %d deep", maxDepth)
+	}
+	switch v.k {
+	case kNone:
+		return nil, nil
+	case kBool:
+		return v.x != 0, nil
+	case kInt:
+		return int64(v.x), nil
+	case kUint:
+		return v.x, nil
+	case kBig:
+		b, _ := new(big.Int).SetString(v.s, 10)
+		return b, nil
+	case kFloat:
+		return math.Float64frombits(v.x), nil
+	case kStr, kBytes:
+		return v.s, nil
+	case kStack:
+		return snapshot.StackID(v.x), nil
+	case kFrame:
+		f := d.in.Frames[v.x]
+		return map[string]any{"filename": f.Filename, "line": f.Line, "name": f.Name}, nil
+	case kEvent:
+		return d.eventAt(v), nil
+	case kList, kTuple:
+		o := &d.objs[v.x]
+		if o.redKind != kNone {
+			return d.toTree(d.resolved(v), depth)
+		}
+		if o.ev != nil {
+			evs, dropped := o.ev.events, o.ev.dropped
+			if n := d.opt.MaxEvents; n > 0 && len(evs) > n {
+				dropped += int64(len(evs) - n)
+				evs = append([]snapshot.Event(nil), evs[len(evs)-n:]...)
+			}
+			return EventList{Events: evs, Dropped: dropped}, nil
+		}
+		out := make([]any, len(o.items))
+		for i, it := range o.items {
+			t, err := d.toTree(it, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = t
+		}
+		return out, nil
+	case kDict:
+		o := &d.objs[v.x]
+		if o.redKind != kNone {
+			return d.toTree(d.resolved(v), depth)
+		}
+		out := make(map[string]any, len(o.items)/2)
+		for i := 0; i+1 < len(o.items); i += 2 {
+			k := o.items[i]
+			var key string
+			switch k.k {
+			case kStr:
+				key = k.s
+			case kInt:
+				key = strconv.FormatInt(int64(k.x), 10)
+			default:
+				return nil, d.fail(d.off, "dict key is a %s; a snapshot has string keys", k.k)
+			}
+			t, err := d.toTree(o.items[i+1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[key] = t // the last duplicate wins, as in Python
+		}
+		return out, nil
+	case kGlobal:
+		return nil, d.fail(d.off, "a restore_type_tag global left uncalled in the data")
+	}
+	return nil, d.fail(d.off, "invalid value")
+}
