@@ -336,6 +336,10 @@ func filteredStack(frames []snapshot.Frame, kinds []frameKind, userIdx, torchIdx
 	}
 	for j := userIdx - 1; j >= 0; j-- {
 		if kinds[j] == kindTorch || kinds[j] == kindLibrary || kinds[j] == kindSkipped {
+			switch frames[j].Name {
+			case "_call_impl", "_wrapped_call_impl", "wrapper", "decorate_context", "_fn", "inner":
+				continue // module-call and decorator wrappers say nothing
+			}
 			out = append(out, frameString(frames[j]))
 			break
 		}

@@ -1,0 +1,244 @@
+package analysis
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// TopStacksOptions selects and groups the blocks of TopStacks.
+type TopStacksOptions struct {
+	// GroupBy is "site" (default), "stack", "file" or "function".
+	GroupBy string `json:"group_by"`
+	// State is "allocated" (default), "pending", "inactive" or "all".
+	State string `json:"state"`
+	// Limit bounds the groups returned; 0 means 20.
+	Limit int `json:"limit"`
+	// Device restricts to one device; -1 (or AllDevices) means every device.
+	Device      int                `json:"device"`
+	Attribution AttributionOptions `json:"attribution"`
+}
+
+// AllDevices selects every device.
+const AllDevices = -1
+
+// TopSite is one group of memory.
+type TopSite struct {
+	File     string  `json:"file"`
+	Line     int64   `json:"line"`
+	Function string  `json:"function"`
+	Site     string  `json:"site"`
+	Kind     string  `json:"kind"`
+	Bytes    int64   `json:"bytes"`
+	Blocks   int     `json:"blocks"`
+	Percent  float64 `json:"percent"`
+	Category string  `json:"category"`
+	Evidence string  `json:"evidence"`
+	// Stack is a representative filtered stack: the user frames plus the nearest library frame.
+	Stack []string `json:"stack"`
+}
+
+// TopStacksResult is live memory grouped by site (or stack, file, function), largest first.
+type TopStacksResult struct {
+	Path        string    `json:"path"`
+	GroupBy     string    `json:"group_by"`
+	State       string    `json:"state"`
+	Device      int       `json:"device"`
+	TotalBytes  int64     `json:"total_bytes"`
+	TotalBlocks int       `json:"total_blocks"`
+	Groups      int       `json:"groups"` // groups before the limit
+	Sites       []TopSite `json:"sites"`
+	Notes       []string  `json:"notes"`
+}
+
+func stateMatches(state string, s snapshot.BlockState) bool {
+	switch state {
+	case "allocated":
+		return s == snapshot.StateActiveAllocated
+	case "pending":
+		return s == snapshot.StateActivePendingFree
+	case "inactive":
+		return s == snapshot.StateInactive
+	case "all":
+		return true
+	}
+	return false
+}
+
+// TopStacks groups the blocks of the final state and ranks the groups by bytes.
+func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("top-stacks: no snapshot")
+	}
+	if opt.GroupBy == "" {
+		opt.GroupBy = "site"
+	}
+	if opt.State == "" {
+		opt.State = "allocated"
+	}
+	switch opt.GroupBy {
+	case "site", "stack", "file", "function":
+	default:
+		return nil, fmt.Errorf("top-stacks: --group-by must be site, stack, file or function, not %q", opt.GroupBy)
+	}
+	switch opt.State {
+	case "allocated", "pending", "inactive", "all":
+	default:
+		return nil, fmt.Errorf("top-stacks: --state must be allocated, pending, inactive or all, not %q", opt.State)
+	}
+	if opt.Limit <= 0 {
+		opt.Limit = 20
+	}
+	a, err := NewAttributor(opt.Attribution)
+	if err != nil {
+		return nil, fmt.Errorf("top-stacks: %w", err)
+	}
+	r := &TopStacksResult{Path: snap.Path, GroupBy: opt.GroupBy, State: opt.State, Device: opt.Device, Sites: []TopSite{}, Notes: []string{}}
+	type agg struct {
+		ts      TopSite
+		topID   snapshot.StackID
+		topSize int64
+	}
+	groups := map[string]*agg{}
+	noStack, emptyStack := 0, 0
+	for si := range snap.Segments {
+		seg := &snap.Segments[si]
+		if opt.Device >= 0 && seg.Device != opt.Device {
+			continue
+		}
+		for _, b := range seg.Blocks {
+			if !stateMatches(opt.State, b.State) {
+				continue
+			}
+			at := a.Attribute(snap, b.Stack)
+			if b.Stack == snapshot.NoStack {
+				noStack++
+			} else if b.Stack == snapshot.EmptyStack {
+				emptyStack++
+			}
+			var key string
+			switch opt.GroupBy {
+			case "site":
+				key = at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
+			case "stack":
+				key = fmt.Sprint(b.Stack)
+			case "file":
+				key = at.File + "\x00" + at.Site.Kind
+				if at.File == "" {
+					key += at.Site.Site
+				}
+			case "function":
+				key = at.File + "\x00" + at.Function + "\x00" + at.Site.Kind
+				if at.File == "" {
+					key += at.Site.Site
+				}
+			}
+			g := groups[key]
+			if g == nil {
+				g = &agg{ts: TopSite{File: at.File, Line: at.Line, Function: at.Function, Site: at.Site.Site, Kind: at.Site.Kind,
+					Category: at.Category, Evidence: at.Evidence, Stack: at.Stack}, topID: b.Stack, topSize: b.Size}
+				switch opt.GroupBy {
+				case "file":
+					if at.File != "" {
+						g.ts.Site, g.ts.Line, g.ts.Function = baseName(at.File), 0, ""
+					}
+				case "function":
+					if at.File != "" {
+						g.ts.Site, g.ts.Line = baseName(at.File)+":"+at.Function, 0
+					}
+				}
+				groups[key] = g
+			}
+			g.ts.Bytes += b.Size
+			g.ts.Blocks++
+			if b.Size > g.topSize { // the representative stack is the largest block's
+				g.topSize, g.topID = b.Size, b.Stack
+				g.ts.Stack, g.ts.Category, g.ts.Evidence = at.Stack, at.Category, at.Evidence
+			}
+			r.TotalBytes += b.Size
+			r.TotalBlocks++
+		}
+	}
+	for _, g := range groups {
+		g.ts.Percent = pct(g.ts.Bytes, r.TotalBytes)
+		g.ts.Stack = emptyIfNil(g.ts.Stack)
+		r.Sites = append(r.Sites, g.ts)
+	}
+	slices.SortFunc(r.Sites, func(x, y TopSite) int {
+		if x.Bytes != y.Bytes {
+			if x.Bytes > y.Bytes {
+				return -1
+			}
+			return 1
+		}
+		if c := strings.Compare(x.Site, y.Site); c != 0 {
+			return c
+		}
+		return strings.Compare(x.File, y.File)
+	})
+	r.Groups = len(r.Sites)
+	if len(r.Sites) > opt.Limit {
+		r.Sites = r.Sites[:opt.Limit]
+	}
+	r.Notes = append(r.Notes, capsNotes(snap, noStack, emptyStack)...)
+	if opt.State == "inactive" {
+		r.Notes = append(r.Notes, "inactive blocks keep the stack of their last use; it says who freed-up memory belonged to, not who holds it")
+	}
+	return r, nil
+}
+
+// capsNotes says what a file's stacks cannot tell.
+func capsNotes(snap *snapshot.Snapshot, noStack, emptyStack int) []string {
+	out := []string{}
+	c := snap.Caps
+	if !c.FramesOnBlocks {
+		out = append(out, "the file has no stacks on its blocks (history was not recorded with context): sites are unknown")
+	} else {
+		if noStack > 0 {
+			out = append(out, fmt.Sprintf("%d blocks have no recorded stack", noStack))
+		}
+		if emptyStack > 0 {
+			if c.PythonOnly {
+				out = append(out, fmt.Sprintf("%d blocks have empty stacks: recorded with stacks=\"python\", allocations made by the autograd engine in backward have no Python frame (record with stacks=\"all\" to see the C++ op)", emptyStack))
+			} else {
+				out = append(out, fmt.Sprintf("%d blocks have empty stacks", emptyStack))
+			}
+		}
+	}
+	if c.PythonOnly {
+		out = append(out, "stacks are Python-only: no C++ frames to name operators")
+	}
+	if snap.Format.LegacyHistory {
+		out = append(out, "PyTorch 2.0 file: block stacks come from each block's first history entry")
+	}
+	return out
+}
+
+// Text renders the ranking.
+func (r *TopStacksResult) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s memory by %s", r.State, r.GroupBy)
+	if r.Device >= 0 {
+		fmt.Fprintf(&b, " on device %d", r.Device)
+	}
+	fmt.Fprintf(&b, ": %s in %d blocks, %d groups\n", FormatBytes(r.TotalBytes), r.TotalBlocks, r.Groups)
+	for _, s := range r.Sites {
+		fmt.Fprintf(&b, "%9s %5.1f%% %5d blocks  %s", FormatBytes(s.Bytes), s.Percent, s.Blocks, s.Site)
+		if s.Function != "" && r.GroupBy != "function" {
+			fmt.Fprintf(&b, " in %s", s.Function)
+		}
+		fmt.Fprintf(&b, "  [%s]\n", s.Category)
+		for _, f := range s.Stack {
+			fmt.Fprintf(&b, "      %s\n", f)
+		}
+	}
+	if len(r.Sites) < r.Groups {
+		fmt.Fprintf(&b, "(%d more groups)\n", r.Groups-len(r.Sites))
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	return b.String()
+}
