@@ -1,0 +1,629 @@
+package writer
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// Options chooses the file form Encode writes.
+type Options struct {
+	// Protocol is the pickle protocol, 2..5 (0 means 4, what torch.cuda.memory._dump_snapshot
+	// writes on Python 3.8–3.13).
+	Protocol int
+	// TypeTag writes protocol 2 like PyTorch's C++ writer with tag_aggregates: every dict and list
+	// wrapped as GLOBAL 'torch.jit._pickle restore_type_tag' + REDUCE. Implies CppWriter.
+	TypeTag bool
+	// CppWriter writes protocol 2 like torch::cuda::_memory_snapshot_pickled() without type tags
+	// (strings memoised by value, BINPUT, no batching, frame lines as int64 so 2^64-1 is -1).
+	CppWriter bool
+	// Legacy20 writes the PyTorch 2.0 form: blocks with history [{addr, real_size, frames}] and
+	// no address/frames, segments without segment_pool_id/is_expandable/frames, and one
+	// 'snapshot' event per device instead of the traces.
+	Legacy20 bool
+	// SegmentList writes the oldest form: the top level is a bare list of segments.
+	SegmentList bool
+	// JSON writes json.dumps output (tuples as lists, every shared object expanded);
+	// JSONIndent uses indent=4.
+	JSON       bool
+	JSONIndent bool
+	// Gzip compresses the output.
+	Gzip bool
+	// TrailingBytes appends that many NUL bytes after STOP (as _memory_viz.py's HTML embedding
+	// pads the pickle), before any gzip.
+	TrailingBytes int
+	// ListPerTraceback writes one frames list per captured traceback, as real files do: every
+	// event gets its own list object (its frame dicts still shared), except that a live block
+	// shares the list of the alloc event that created it and a segment the list of its
+	// segment_alloc event. Default: one list per distinct stack, shared by every record.
+	ListPerTraceback bool
+}
+
+// Encode writes snap in the form opt asks for and returns the file's bytes.
+func Encode(snap *snapshot.Snapshot, opt Options) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := EncodeTo(context.Background(), &buf, snap, opt); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodeTo streams the encoded snapshot to out (it never holds the whole file in memory).
+func EncodeTo(ctx context.Context, out io.Writer, snap *snapshot.Snapshot, opt Options) error {
+	if snap == nil {
+		return fmt.Errorf("encode snapshot: nil snapshot")
+	}
+	if opt.TrailingBytes < 0 {
+		return fmt.Errorf("encode snapshot: negative TrailingBytes %d", opt.TrailingBytes)
+	}
+	var gz *gzip.Writer
+	if opt.Gzip {
+		gz = gzip.NewWriter(out)
+		out = gz
+	}
+	e := &encoder{ctx: ctx, snap: snap, opt: opt}
+	var err error
+	if opt.JSON {
+		j := newJSONWriter(out, opt.JSONIndent)
+		e.s = j
+		err = e.run()
+		if err == nil {
+			err = j.finish()
+		}
+	} else {
+		cfg := Config{Protocol: opt.Protocol, Cpp: opt.CppWriter || opt.TypeTag, TypeTag: opt.TypeTag}
+		if cfg.Cpp && cfg.Protocol == 0 {
+			cfg.Protocol = 2
+		}
+		w := NewWriter(out, cfg)
+		e.s = w
+		e.cpp = cfg.Cpp
+		w.Begin()
+		err = e.run()
+		if err == nil {
+			err = w.Finish()
+		}
+		if err == nil && opt.TrailingBytes > 0 {
+			if _, werr := out.Write(make([]byte, opt.TrailingBytes)); werr != nil {
+				err = werr
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("encode snapshot: %w", err)
+	}
+	if gz != nil {
+		if err := gz.Close(); err != nil {
+			return fmt.Errorf("encode snapshot: gzip: %w", err)
+		}
+	}
+	return nil
+}
+
+// Memo handles for shared objects.
+type (
+	frameKey  snapshot.FrameID
+	stackKey  snapshot.StackID
+	recordKey struct{ dev, idx int } // the list of trace event idx on device dev
+)
+
+type encoder struct {
+	ctx  context.Context
+	snap *snapshot.Snapshot
+	opt  Options
+	s    sink
+	cpp  bool
+	// ListPerTraceback: which block/segment shares its list with which event.
+	blockShare map[[2]int]recordKey // (segment, block) -> event
+	segShare   map[int]recordKey
+	eventShare map[recordKey]bool
+	ticks      int
+}
+
+func (e *encoder) check() error {
+	if err := e.s.Err(); err != nil {
+		return err
+	}
+	e.ticks++
+	if e.ticks&0xfff == 0 {
+		if err := e.ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *encoder) run() error {
+	if err := e.validate(); err != nil {
+		return err
+	}
+	if e.opt.ListPerTraceback && !e.opt.Legacy20 {
+		e.computeShares()
+	}
+	if e.opt.SegmentList {
+		return e.segments()
+	}
+	n := 2
+	if e.snap.Settings.Present {
+		n++
+	}
+	if len(e.snap.Annotations) > 0 {
+		n++
+	}
+	e.s.StartDict(nil, n)
+	e.s.SharedStr("segments")
+	if err := e.segments(); err != nil {
+		return err
+	}
+	e.s.Next()
+	e.s.SharedStr("device_traces")
+	if err := e.traces(); err != nil {
+		return err
+	}
+	e.s.Next()
+	if e.snap.Settings.Present {
+		e.s.SharedStr("allocator_settings")
+		if err := e.settings(); err != nil {
+			return err
+		}
+		e.s.Next()
+	}
+	if len(e.snap.Annotations) > 0 {
+		e.s.SharedStr("external_annotations")
+		e.annotations()
+		e.s.Next()
+	}
+	e.s.EndDict()
+	return e.s.Err()
+}
+
+func (e *encoder) validate() error {
+	nf := len(e.snap.Frames)
+	for i, st := range e.snap.Stacks {
+		for _, f := range st {
+			if f < 0 || int(f) >= nf {
+				return fmt.Errorf("stack %d refers to frame %d of %d", i, f, nf)
+			}
+		}
+	}
+	ok := func(id snapshot.StackID) bool {
+		return id == snapshot.NoStack || id == snapshot.EmptyStack || (id > 0 && int(id) < len(e.snap.Stacks))
+	}
+	for si, seg := range e.snap.Segments {
+		if !ok(seg.Stack) {
+			return fmt.Errorf("segment %d refers to stack %d of %d", si, seg.Stack, len(e.snap.Stacks))
+		}
+		for bi, b := range seg.Blocks {
+			if !ok(b.Stack) {
+				return fmt.Errorf("segment %d block %d refers to stack %d of %d", si, bi, b.Stack, len(e.snap.Stacks))
+			}
+		}
+	}
+	for d, evs := range e.snap.DeviceTraces {
+		for i, ev := range evs {
+			if !ok(ev.Stack) {
+				return fmt.Errorf("device %d event %d refers to stack %d of %d", d, i, ev.Stack, len(e.snap.Stacks))
+			}
+			if ev.Extra > 0 && int(ev.Extra) >= len(e.snap.EventExtras) {
+				return fmt.Errorf("device %d event %d refers to extra %d of %d", d, i, ev.Extra, len(e.snap.EventExtras))
+			}
+		}
+	}
+	return nil
+}
+
+// computeShares finds, per device, the alloc event whose traceback a live block still holds
+// (the last alloc at its address not followed by free_completed) and the segment_alloc event of
+// each segment.
+func (e *encoder) computeShares() {
+	e.blockShare = map[[2]int]recordKey{}
+	e.segShare = map[int]recordKey{}
+	e.eventShare = map[recordKey]bool{}
+	type live struct{ blocks, segs map[uint64]int }
+	per := make([]live, len(e.snap.DeviceTraces))
+	for d, evs := range e.snap.DeviceTraces {
+		l := live{blocks: map[uint64]int{}, segs: map[uint64]int{}}
+		for i, ev := range evs {
+			switch ev.Action {
+			case snapshot.ActionAlloc:
+				l.blocks[ev.Addr] = i
+			case snapshot.ActionFreeCompleted:
+				delete(l.blocks, ev.Addr)
+			case snapshot.ActionSegmentAlloc:
+				l.segs[ev.Addr] = i
+			case snapshot.ActionSegmentFree:
+				delete(l.segs, ev.Addr)
+			}
+		}
+		per[d] = l
+	}
+	for si, seg := range e.snap.Segments {
+		if seg.Device < 0 || seg.Device >= len(per) {
+			continue
+		}
+		l := per[seg.Device]
+		evs := e.snap.DeviceTraces[seg.Device]
+		if i, ok := l.segs[seg.Address]; ok && seg.Stack > 0 && evs[i].Stack == seg.Stack {
+			k := recordKey{seg.Device, i}
+			e.segShare[si] = k
+			e.eventShare[k] = true
+		}
+		for bi, b := range seg.Blocks {
+			if b.State == snapshot.StateInactive || b.Stack <= 0 {
+				continue
+			}
+			if i, ok := l.blocks[b.Address]; ok && evs[i].Stack == b.Stack {
+				k := recordKey{seg.Device, i}
+				e.blockShare[[2]int{si, bi}] = k
+				e.eventShare[k] = true
+			}
+		}
+	}
+}
+
+// frames writes a frames list. h is the list's handle (nil: a list nobody else refers to).
+func (e *encoder) frames(h any, id snapshot.StackID) {
+	if e.s.Ref(h) {
+		return
+	}
+	var ids []snapshot.FrameID
+	if id > 0 {
+		ids = e.snap.Stacks[id]
+	}
+	e.s.StartList(h, len(ids))
+	for _, f := range ids {
+		e.frame(f)
+		e.s.Next()
+	}
+	e.s.EndList()
+}
+
+// listHandle is the handle of a record's frames list in the default mode.
+func (e *encoder) listHandle(id snapshot.StackID) any { return stackKey(id) }
+
+func (e *encoder) frame(id snapshot.FrameID) {
+	h := frameKey(id)
+	if e.s.Ref(h) {
+		return
+	}
+	f := e.snap.Frames[id]
+	e.s.StartDict(h, 3)
+	if e.opt.Legacy20 {
+		e.key("filename")
+		e.s.Str(f.Filename)
+		e.s.Next()
+		e.key("name")
+		e.s.Str(f.Name)
+		e.s.Next()
+	} else {
+		e.key("name")
+		e.s.Str(f.Name)
+		e.s.Next()
+		e.key("filename")
+		e.s.Str(f.Filename)
+		e.s.Next()
+	}
+	e.key("line")
+	if f.Line == snapshot.LineUnknown {
+		e.s.Uint(math.MaxUint64) // Python 3.13 writes 2^64-1; the C++ writer's int64 makes it -1
+	} else {
+		e.s.Int(f.Line)
+	}
+	e.s.Next()
+	e.s.EndDict()
+}
+
+func (e *encoder) key(k string) { e.s.SharedStr(k) }
+
+func (e *encoder) kv(k string, f func()) {
+	e.key(k)
+	f()
+	e.s.Next()
+}
+
+func (e *encoder) segments() error {
+	e.s.StartList(nil, len(e.snap.Segments))
+	for si := range e.snap.Segments {
+		if err := e.check(); err != nil {
+			return err
+		}
+		e.segment(si)
+		e.s.Next()
+	}
+	e.s.EndList()
+	return e.s.Err()
+}
+
+func (e *encoder) segment(si int) {
+	seg := &e.snap.Segments[si]
+	legacy := e.opt.Legacy20
+	n := 9
+	if !legacy {
+		n += 2
+		if seg.Stack != snapshot.NoStack {
+			n++
+		}
+	}
+	e.s.StartDict(nil, n)
+	e.kv("device", func() { e.s.Int(int64(seg.Device)) })
+	e.kv("address", func() { e.s.Uint(seg.Address) })
+	e.kv("total_size", func() { e.s.Int(seg.TotalSize) })
+	e.kv("allocated_size", func() { e.s.Int(seg.AllocatedSize) })
+	e.kv("active_size", func() { e.s.Int(seg.ActiveSize) })
+	e.kv("requested_size", func() { e.s.Int(seg.RequestedSize) })
+	e.kv("stream", func() { e.s.Uint(seg.Stream) })
+	e.kv("segment_type", func() { e.s.SharedStr(seg.SegmentType) })
+	if !legacy {
+		e.kv("segment_pool_id", func() {
+			e.s.StartTuple(nil, 2)
+			e.s.Int(seg.PoolID[0])
+			e.s.Next()
+			e.s.Int(seg.PoolID[1])
+			e.s.Next()
+			e.s.EndTuple()
+		})
+		e.kv("is_expandable", func() { e.s.Bool(seg.IsExpandable) })
+	}
+	segFrames := func() {
+		var h any = e.listHandle(seg.Stack)
+		if e.opt.ListPerTraceback && seg.Stack > 0 {
+			h = nil
+			if k, ok := e.segShare[si]; ok {
+				h = k
+			}
+		}
+		e.kv("frames", func() { e.frames(h, seg.Stack) })
+	}
+	// PyTorch inserts an empty frames list right away and a captured one after the blocks.
+	if !legacy && seg.Stack == snapshot.EmptyStack {
+		segFrames()
+	}
+	e.kv("blocks", func() {
+		e.s.StartList(nil, len(seg.Blocks))
+		for bi := range seg.Blocks {
+			e.block(si, bi)
+			e.s.Next()
+		}
+		e.s.EndList()
+	})
+	if !legacy && seg.Stack > 0 {
+		segFrames()
+	}
+	e.s.EndDict()
+}
+
+func (e *encoder) blockHandle(si, bi int, id snapshot.StackID) any {
+	if !e.opt.ListPerTraceback || id <= 0 {
+		return e.listHandle(id)
+	}
+	if k, ok := e.blockShare[[2]int{si, bi}]; ok {
+		return k
+	}
+	return nil
+}
+
+func (e *encoder) block(si, bi int) {
+	b := &e.snap.Segments[si].Blocks[bi]
+	if e.opt.Legacy20 {
+		hist := b.State != snapshot.StateInactive && b.Stack != snapshot.NoStack
+		n := 3
+		if hist {
+			n++
+		}
+		e.s.StartDict(nil, n)
+		e.kv("size", func() { e.s.Int(b.Size) })
+		e.kv("requested_size", func() { e.s.Int(b.RequestedSize) })
+		e.kv("state", func() { e.s.SharedStr(b.State.String()) })
+		if hist {
+			e.kv("history", func() {
+				e.s.StartList(nil, 1)
+				e.s.StartDict(nil, 3)
+				e.kv("addr", func() { e.s.Uint(b.Address) })
+				e.kv("real_size", func() { e.s.Int(b.RequestedSize) })
+				e.kv("frames", func() { e.frames(e.blockHandle(si, bi, b.Stack), b.Stack) })
+				e.s.EndDict()
+				e.s.Next()
+				e.s.EndList()
+			})
+		}
+		e.s.EndDict()
+		return
+	}
+	n := 4
+	if b.Stack != snapshot.NoStack {
+		n++
+	}
+	e.s.StartDict(nil, n)
+	e.kv("address", func() { e.s.Uint(b.Address) })
+	e.kv("size", func() { e.s.Int(b.Size) })
+	e.kv("requested_size", func() { e.s.Int(b.RequestedSize) })
+	e.kv("state", func() { e.s.SharedStr(b.State.String()) })
+	if b.Stack != snapshot.NoStack {
+		e.kv("frames", func() { e.frames(e.blockHandle(si, bi, b.Stack), b.Stack) })
+	}
+	e.s.EndDict()
+}
+
+func (e *encoder) numDevices() int {
+	n := len(e.snap.DeviceTraces)
+	for _, seg := range e.snap.Segments {
+		if seg.Device+1 > n {
+			n = seg.Device + 1
+		}
+	}
+	return n
+}
+
+func (e *encoder) traces() error {
+	if e.opt.Legacy20 {
+		nd := e.numDevices()
+		e.s.StartList(nil, nd)
+		for d := range nd {
+			size := int64(0)
+			found := false
+			if d < len(e.snap.DeviceTraces) {
+				for _, ev := range e.snap.DeviceTraces[d] {
+					if ev.Action == snapshot.ActionSnapshot {
+						size, found = ev.Size, true
+					}
+				}
+			}
+			if !found {
+				for _, seg := range e.snap.Segments {
+					if seg.Device == d {
+						size += seg.ActiveSize
+					}
+				}
+			}
+			e.s.StartList(nil, 1)
+			e.s.StartDict(nil, 4)
+			e.kv("action", func() { e.s.SharedStr("snapshot") })
+			e.kv("addr", func() { e.s.Int(0) })
+			e.kv("size", func() { e.s.Int(size) })
+			e.kv("stream", func() { e.s.Int(0) })
+			e.s.EndDict()
+			e.s.Next()
+			e.s.EndList()
+			e.s.Next()
+		}
+		e.s.EndList()
+		return e.s.Err()
+	}
+	e.s.StartList(nil, len(e.snap.DeviceTraces))
+	for d, evs := range e.snap.DeviceTraces {
+		e.s.StartList(nil, len(evs))
+		for i := range evs {
+			if err := e.check(); err != nil {
+				return err
+			}
+			e.event(d, i)
+			e.s.Next()
+		}
+		e.s.EndList()
+		e.s.Next()
+	}
+	e.s.EndList()
+	return e.s.Err()
+}
+
+func (e *encoder) event(d, i int) {
+	ev := &e.snap.DeviceTraces[d][i]
+	var x snapshot.EventExtra
+	if ev.Extra > 0 && int(ev.Extra) < len(e.snap.EventExtras) {
+		x = e.snap.EventExtras[ev.Extra]
+	}
+	n := 4
+	if ev.TimeUS != 0 {
+		n++
+	}
+	if x.CompileContext != "" {
+		n++
+	}
+	if x.UserMetadata != "" {
+		n++
+	}
+	if ev.Stack != snapshot.NoStack {
+		n++
+	}
+	action := ev.Action.String()
+	if ev.Action == snapshot.ActionOther && x.ActionName != "" {
+		action = x.ActionName
+	}
+	e.s.StartDict(nil, n)
+	e.kv("action", func() { e.s.SharedStr(action) })
+	if ev.Action == snapshot.ActionOOM {
+		e.kv("device_free", func() { e.s.Int(ev.DeviceFree) })
+	} else {
+		e.kv("addr", func() { e.s.Uint(ev.Addr) })
+	}
+	e.kv("size", func() { e.s.Int(ev.Size) })
+	e.kv("stream", func() { e.s.Uint(ev.Stream) })
+	if ev.TimeUS != 0 {
+		e.kv("time_us", func() { e.s.Int(ev.TimeUS) })
+	}
+	if x.CompileContext != "" {
+		e.kv("compile_context", func() { e.s.Str(x.CompileContext) })
+	}
+	if x.UserMetadata != "" {
+		e.kv("user_metadata", func() { e.s.Str(x.UserMetadata) })
+	}
+	if ev.Stack != snapshot.NoStack {
+		var h any = e.listHandle(ev.Stack)
+		if e.opt.ListPerTraceback {
+			h = nil
+			if k := (recordKey{d, i}); e.eventShare[k] {
+				h = k
+			}
+		}
+		e.kv("frames", func() { e.frames(h, ev.Stack) })
+	}
+	e.s.EndDict()
+}
+
+func (e *encoder) annotations() {
+	e.s.StartList(nil, len(e.snap.Annotations))
+	for _, a := range e.snap.Annotations {
+		e.s.StartDict(nil, 4)
+		e.kv("stage", func() { e.s.Str(a.Stage) })
+		e.kv("name", func() { e.s.Str(a.Name) })
+		e.kv("device", func() { e.s.Int(int64(a.Device)) })
+		e.kv("time_us", func() { e.s.Int(a.TimeUS) })
+		e.s.EndDict()
+		e.s.Next()
+	}
+	e.s.EndList()
+}
+
+// settingsOrder is the key order PyTorch writes allocator_settings in.
+var settingsOrder = []string{
+	"PYTORCH_CUDA_ALLOC_CONF", "max_split_size", "garbage_collection_threshold",
+	"expandable_segments", "pinned_num_register_threads", "release_lock_on_cudamalloc",
+	"pinned_use_cuda_host_register", "graph_capture_record_stream_reuse", "roundup_power2_divisions",
+}
+
+func (e *encoder) settings() error {
+	st := e.snap.Settings
+	vals := map[string]any{}
+	for k, v := range st.Raw {
+		vals[k] = v
+	}
+	vals["PYTORCH_CUDA_ALLOC_CONF"] = st.AllocConf
+	vals["max_split_size"] = st.MaxSplitSize
+	vals["garbage_collection_threshold"] = st.GCThreshold
+	vals["expandable_segments"] = st.ExpandableSegments
+	known := map[string]bool{}
+	var keys []string
+	for _, k := range settingsOrder {
+		known[k] = true
+		if _, ok := vals[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	var rest []string
+	for k := range vals {
+		if !known[k] {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	keys = append(keys, rest...)
+	e.s.StartDict(nil, len(keys))
+	for _, k := range keys {
+		e.key(k)
+		v := vals[k]
+		if k == "PYTORCH_CUDA_ALLOC_CONF" {
+			e.s.Str(st.AllocConf)
+		} else if err := emit(e.s, v); err != nil {
+			return fmt.Errorf("allocator_settings %q: %w", k, err)
+		}
+		e.s.Next()
+	}
+	e.s.EndDict()
+	return e.s.Err()
+}

@@ -1,0 +1,662 @@
+// Package writer writes Python pickles of plain data (dict, list, tuple, str, int, float, bool,
+// None) the way CPython's C pickler does for protocols 2 to 5 — same opcode choices, memo
+// (MEMOIZE/BINPUT) and FRAME placement — or, optionally, the way PyTorch's TorchScript C++
+// pickler does (protocol 2, strings memoised by value, optional restore_type_tag wrapping).
+// Encode writes a typed snapshot.Snapshot back out as the file PyTorch would have written,
+// including frame dicts and frames lists shared through the memo. It exists to build test
+// inputs and benchmarks for the loaders; the analyses never use it.
+package writer
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"unicode/utf8"
+)
+
+// Pickle opcodes used by this writer (names as in CPython's pickletools).
+const (
+	OpMark           byte = '('
+	OpStop           byte = '.'
+	OpBinFloat       byte = 'G'
+	OpBinInt         byte = 'J'
+	OpBinInt1        byte = 'K'
+	OpBinInt2        byte = 'M'
+	OpNone           byte = 'N'
+	OpReduce         byte = 'R'
+	OpBinUnicode     byte = 'X'
+	OpAppend         byte = 'a'
+	OpGlobal         byte = 'c'
+	OpEmptyDict      byte = '}'
+	OpAppends        byte = 'e'
+	OpBinGet         byte = 'h'
+	OpLongBinGet     byte = 'j'
+	OpEmptyList      byte = ']'
+	OpBinPut         byte = 'q'
+	OpLongBinPut     byte = 'r'
+	OpSetItem        byte = 's'
+	OpTuple          byte = 't'
+	OpEmptyTuple     byte = ')'
+	OpSetItems       byte = 'u'
+	OpProto          byte = 0x80
+	OpTuple1         byte = 0x85
+	OpTuple2         byte = 0x86
+	OpTuple3         byte = 0x87
+	OpNewTrue        byte = 0x88
+	OpNewFalse       byte = 0x89
+	OpLong1          byte = 0x8a
+	OpLong4          byte = 0x8b
+	OpShortBinUnicod byte = 0x8c
+	OpBinUnicode8    byte = 0x8d
+	OpMemoize        byte = 0x94
+	OpFrame          byte = 0x95
+)
+
+const (
+	frameTarget = 64 * 1024 // CPython's _FRAME_SIZE_TARGET
+	frameMin    = 4         // CPython's FRAME_SIZE_MIN: smaller frames get no FRAME header
+	frameHeader = 9
+	batchSize   = 1000 // CPython's BATCHSIZE for APPENDS/SETITEMS
+)
+
+// Config selects the pickler to imitate.
+type Config struct {
+	// Protocol is 2, 3, 4 or 5 (0 means 4, CPython's default).
+	Protocol int
+	// Cpp imitates PyTorch's TorchScript C++ pickler (torch/csrc/jit/serialization/pickler.cpp):
+	// protocol 2 only, every string memoised by value, containers memoised (BINPUT after the
+	// whole container) only when given a handle, no APPENDS/SETITEMS batching, 8-byte LONG1.
+	Cpp bool
+	// TypeTag (with Cpp) wraps every dict and list as
+	// GLOBAL 'torch.jit._pickle restore_type_tag' (container, "Dict[Any, Any]") REDUCE.
+	TypeTag bool
+}
+
+type container struct {
+	kind byte // 'd', 'l', 't'
+	h    any
+	n    int // declared length
+	done int // finished items (Next calls)
+}
+
+// Writer streams one pickle. Values are written in the order the pickler would save them;
+// containers are opened with StartDict/StartList/StartTuple (declaring their length, which
+// decides the opcodes), each element (or key+value pair) is followed by Next, and the container
+// is closed with the matching End call. Handles (any comparable Go value) give objects an
+// identity: Ref(h) writes a memo GET for an object already written with handle h.
+// The first error is kept and returned by Finish; later calls do nothing.
+type Writer struct {
+	out       *bufio.Writer
+	cfg       Config
+	framing   bool
+	frameOpen bool
+	buf       []byte // current frame, header placeholder included
+	memo      map[any]uint32
+	strMemo   map[string]uint32
+	globals   map[string]uint32
+	next      uint32
+	stack     []container
+	err       error
+	begun     bool
+}
+
+// NewWriter returns a Writer that writes to w. Call Begin, write one value, then Finish.
+func NewWriter(w io.Writer, cfg Config) *Writer {
+	wr := &Writer{
+		out:     bufio.NewWriterSize(w, 1<<20),
+		cfg:     cfg,
+		memo:    map[any]uint32{},
+		strMemo: map[string]uint32{},
+		globals: map[string]uint32{},
+	}
+	if wr.cfg.Protocol == 0 {
+		wr.cfg.Protocol = 4
+	}
+	if wr.cfg.TypeTag {
+		wr.cfg.Cpp = true
+	}
+	switch {
+	case wr.cfg.Protocol < 2 || wr.cfg.Protocol > 5:
+		wr.err = fmt.Errorf("pickle writer: protocol %d not supported (2..5)", wr.cfg.Protocol)
+	case wr.cfg.Cpp && wr.cfg.Protocol != 2:
+		wr.err = fmt.Errorf("pickle writer: the C++ pickler writes protocol 2, not %d", wr.cfg.Protocol)
+	}
+	return wr
+}
+
+// Err returns the first error seen so far.
+func (w *Writer) Err() error { return w.err }
+
+func (w *Writer) fail(format string, args ...any) {
+	if w.err == nil {
+		w.err = fmt.Errorf("pickle writer: "+format, args...)
+	}
+}
+
+// Begin writes the PROTO opcode and starts framing for protocol 4 and 5.
+func (w *Writer) Begin() {
+	if w.err != nil {
+		return
+	}
+	if w.begun {
+		w.fail("Begin called twice")
+		return
+	}
+	w.begun = true
+	w.direct([]byte{OpProto, byte(w.cfg.Protocol)})
+	w.framing = w.cfg.Protocol >= 4 && !w.cfg.Cpp
+}
+
+// Finish writes STOP, commits the last frame and flushes. It returns the first error.
+func (w *Writer) Finish() error {
+	if w.err == nil && len(w.stack) != 0 {
+		w.fail("Finish with %d containers still open", len(w.stack))
+	}
+	w.write(OpStop)
+	w.commitFrame()
+	w.framing = false
+	if w.err == nil {
+		if err := w.out.Flush(); err != nil {
+			w.err = fmt.Errorf("pickle writer: flush: %w", err)
+		}
+	}
+	return w.err
+}
+
+// direct writes bytes outside any frame.
+func (w *Writer) direct(b []byte) {
+	if w.err != nil {
+		return
+	}
+	if _, err := w.out.Write(b); err != nil {
+		w.err = fmt.Errorf("pickle writer: write: %w", err)
+	}
+}
+
+// write appends bytes to the current frame (opening one if needed) or writes them through.
+func (w *Writer) write(b ...byte) {
+	if w.err != nil {
+		return
+	}
+	if !w.framing {
+		w.direct(b)
+		return
+	}
+	if !w.frameOpen {
+		w.buf = append(w.buf[:0], make([]byte, frameHeader)...)
+		w.frameOpen = true
+	}
+	w.buf = append(w.buf, b...)
+}
+
+func (w *Writer) commitFrame() {
+	if !w.framing || !w.frameOpen || w.err != nil {
+		return
+	}
+	n := len(w.buf) - frameHeader
+	if n >= frameMin {
+		w.buf[0] = OpFrame
+		binary.LittleEndian.PutUint64(w.buf[1:frameHeader], uint64(n))
+		w.direct(w.buf)
+	} else {
+		w.direct(w.buf[frameHeader:])
+	}
+	w.buf = w.buf[:0]
+	w.frameOpen = false
+}
+
+// beginSave is CPython's check at the start of every save(): commit a frame that reached the
+// target size.
+func (w *Writer) beginSave() {
+	if w.framing && w.frameOpen && len(w.buf)-frameHeader >= frameTarget {
+		w.commitFrame()
+	}
+}
+
+// Raw writes arbitrary bytes into the stream (inside the current frame for protocol 4/5), for
+// building malformed or unusual pickles in tests.
+func (w *Writer) Raw(b ...byte) { w.write(b...) }
+
+// RawDirect writes arbitrary bytes outside any frame (it commits the current frame first).
+func (w *Writer) RawDirect(b ...byte) {
+	w.commitFrame()
+	w.direct(b)
+}
+
+func (w *Writer) memoize(h any) {
+	if w.err != nil {
+		return
+	}
+	idx := w.next
+	if w.cfg.Protocol >= 4 && !w.cfg.Cpp {
+		w.write(OpMemoize)
+	} else if idx < 256 {
+		w.write(OpBinPut, byte(idx))
+	} else {
+		w.write(OpLongBinPut, byte(idx), byte(idx>>8), byte(idx>>16), byte(idx>>24))
+	}
+	if w.next == math.MaxUint32 {
+		w.fail("memo full")
+		return
+	}
+	w.next++
+	if h != nil {
+		w.memo[h] = idx
+	}
+}
+
+func (w *Writer) get(idx uint32) {
+	if idx < 256 {
+		w.write(OpBinGet, byte(idx))
+	} else {
+		w.write(OpLongBinGet, byte(idx), byte(idx>>8), byte(idx>>16), byte(idx>>24))
+	}
+}
+
+// Ref writes a memo GET and returns true if an object with handle h was already written;
+// otherwise it writes nothing and returns false. Ref(nil) is always false.
+func (w *Writer) Ref(h any) bool {
+	if h == nil || w.err != nil {
+		return false
+	}
+	w.beginSave()
+	if idx, ok := w.memo[h]; ok {
+		w.get(idx)
+		return true
+	}
+	return false
+}
+
+// Memoized reports whether handle h has been written.
+func (w *Writer) Memoized(h any) bool {
+	_, ok := w.memo[h]
+	return ok
+}
+
+// None writes None.
+func (w *Writer) None() {
+	w.beginSave()
+	w.write(OpNone)
+}
+
+// Bool writes True or False.
+func (w *Writer) Bool(b bool) {
+	w.beginSave()
+	if b {
+		w.write(OpNewTrue)
+	} else {
+		w.write(OpNewFalse)
+	}
+}
+
+// Int writes an integer with CPython's (or, in Cpp mode, the C++ pickler's) opcode choice.
+func (w *Writer) Int(v int64) {
+	w.beginSave()
+	switch {
+	case v >= 0 && v <= 0xff:
+		w.write(OpBinInt1, byte(v))
+	case v >= 0 && v <= 0xffff:
+		w.write(OpBinInt2, byte(v), byte(v>>8))
+	case v >= math.MinInt32 && v <= math.MaxInt32:
+		w.write(OpBinInt, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+	case w.cfg.Cpp:
+		b := make([]byte, 10)
+		b[0], b[1] = OpLong1, 8
+		binary.LittleEndian.PutUint64(b[2:], uint64(v))
+		w.write(b...)
+	default:
+		var le [8]byte
+		binary.LittleEndian.PutUint64(le[:], uint64(v))
+		w.long(trimTwos(le[:]))
+	}
+}
+
+// Uint writes a non-negative integer; values above 2^63-1 need LONG1 with 9 bytes (in Cpp mode
+// they wrap to int64, as the C++ writer's int64 does: 2^64-1 becomes -1).
+func (w *Writer) Uint(v uint64) {
+	if v <= math.MaxInt64 || w.cfg.Cpp {
+		w.Int(int64(v))
+		return
+	}
+	w.beginSave()
+	var le [9]byte
+	binary.LittleEndian.PutUint64(le[:8], v)
+	w.long(le[:])
+}
+
+// BigInt writes an arbitrary integer (LONG1, or LONG4 beyond 255 bytes).
+func (w *Writer) BigInt(v *big.Int) {
+	if v == nil {
+		w.fail("nil *big.Int")
+		return
+	}
+	if v.IsInt64() {
+		w.Int(v.Int64())
+		return
+	}
+	if w.cfg.Cpp {
+		w.fail("the C++ pickler cannot write %s (beyond int64)", v)
+		return
+	}
+	w.beginSave()
+	w.long(bigTwos(v))
+}
+
+func (w *Writer) long(le []byte) {
+	if len(le) < 256 {
+		w.write(OpLong1, byte(len(le)))
+	} else {
+		n := uint32(len(le))
+		w.write(OpLong4, byte(n), byte(n>>8), byte(n>>16), byte(n>>24))
+	}
+	w.write(le...)
+}
+
+// trimTwos trims a little-endian two's complement number to its minimal length.
+func trimTwos(le []byte) []byte {
+	for len(le) > 1 {
+		last, prev := le[len(le)-1], le[len(le)-2]
+		if (last == 0 && prev&0x80 == 0) || (last == 0xff && prev&0x80 != 0) {
+			le = le[:len(le)-1]
+			continue
+		}
+		break
+	}
+	return le
+}
+
+// bigTwos returns the minimal little-endian two's complement bytes of v.
+func bigTwos(v *big.Int) []byte {
+	n := (v.BitLen()+8)/8 + 1
+	var x big.Int
+	if v.Sign() < 0 {
+		// 2^(8n) + v
+		x.Lsh(big.NewInt(1), uint(8*n))
+		x.Add(&x, v)
+	} else {
+		x.Set(v)
+	}
+	be := x.FillBytes(make([]byte, n))
+	le := make([]byte, n)
+	for i := range be {
+		le[i] = be[n-1-i]
+	}
+	return trimTwos(le)
+}
+
+// Float writes a BINFLOAT.
+func (w *Writer) Float(f float64) {
+	w.beginSave()
+	var b [9]byte
+	b[0] = OpBinFloat
+	binary.BigEndian.PutUint64(b[1:], math.Float64bits(f))
+	w.write(b[:]...)
+}
+
+// cachedStr reports whether CPython keeps s as a singleton (the empty string and one-character
+// Latin-1 strings), so every occurrence is the same object.
+func cachedStr(s string) bool {
+	if s == "" {
+		return true
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	return n == len(s) && r != utf8.RuneError && r < 256
+}
+
+// Str writes a new str object (memoised, as CPython memoises every str). The empty string and
+// one-character Latin-1 strings are CPython singletons and are shared like SharedStr. In Cpp
+// mode every string is shared by value.
+func (w *Writer) Str(s string) {
+	if w.cfg.Cpp || cachedStr(s) {
+		w.SharedStr(s)
+		return
+	}
+	w.beginSave()
+	w.strBody(s)
+	w.memoize(nil)
+}
+
+// SharedStr writes s once and a memo GET for every later SharedStr with the same value
+// (interned strings such as dict keys).
+func (w *Writer) SharedStr(s string) {
+	w.beginSave()
+	if idx, ok := w.strMemo[s]; ok {
+		w.get(idx)
+		return
+	}
+	w.strBody(s)
+	if w.err == nil {
+		w.strMemo[s] = w.next
+	}
+	w.memoize(nil)
+}
+
+// StrAs writes a new str object with handle h (so Ref(h) can refer to it later).
+func (w *Writer) StrAs(h any, s string) {
+	w.beginSave()
+	w.strBody(s)
+	w.memoize(h)
+}
+
+func (w *Writer) strBody(s string) {
+	var hdr []byte
+	n := len(s)
+	switch {
+	case w.cfg.Protocol >= 4 && !w.cfg.Cpp && n < 256:
+		hdr = []byte{OpShortBinUnicod, byte(n)}
+	case uint64(n) <= math.MaxUint32:
+		hdr = []byte{OpBinUnicode, byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)}
+	case w.cfg.Protocol >= 4:
+		hdr = make([]byte, 9)
+		hdr[0] = OpBinUnicode8
+		binary.LittleEndian.PutUint64(hdr[1:], uint64(n))
+	default:
+		w.fail("string of %d bytes needs protocol 4", n)
+		return
+	}
+	if w.framing && n >= frameTarget {
+		// CPython writes large payloads outside frames.
+		w.commitFrame()
+		w.direct(hdr)
+		w.direct([]byte(s))
+		return
+	}
+	w.write(hdr...)
+	w.write([]byte(s)...)
+}
+
+func (w *Writer) global(module, name string) {
+	key := module + "\n" + name + "\n"
+	if idx, ok := w.globals[key]; ok {
+		w.get(idx)
+		return
+	}
+	w.write(OpGlobal)
+	w.write([]byte(key)...)
+	if w.err == nil {
+		w.globals[key] = w.next
+	}
+	w.memoize(nil)
+}
+
+func (w *Writer) push(kind byte, h any, n int) {
+	if n < 0 {
+		w.fail("negative container length %d", n)
+	}
+	w.stack = append(w.stack, container{kind: kind, h: h, n: n})
+}
+
+// StartDict opens a dict of n items with handle h (nil: no later references).
+func (w *Writer) StartDict(h any, n int) {
+	w.beginSave()
+	if w.cfg.Cpp {
+		if w.cfg.TypeTag {
+			w.global("torch.jit._pickle", "restore_type_tag")
+		}
+		w.write(OpEmptyDict, OpMark)
+	} else {
+		w.write(OpEmptyDict)
+		w.memoize(h)
+		if n >= 2 {
+			w.write(OpMark)
+		}
+	}
+	w.push('d', h, n)
+}
+
+// StartList opens a list of n items with handle h.
+func (w *Writer) StartList(h any, n int) {
+	w.beginSave()
+	if w.cfg.Cpp {
+		if w.cfg.TypeTag {
+			w.global("torch.jit._pickle", "restore_type_tag")
+		}
+		w.write(OpEmptyList, OpMark)
+	} else {
+		w.write(OpEmptyList)
+		w.memoize(h)
+		if n >= 2 {
+			w.write(OpMark)
+		}
+	}
+	w.push('l', h, n)
+}
+
+// StartTuple opens a tuple of n items with handle h.
+func (w *Writer) StartTuple(h any, n int) {
+	w.beginSave()
+	if n > 3 {
+		w.write(OpMark)
+	}
+	w.push('t', h, n)
+}
+
+// Next ends one element of the open list or tuple, or one key+value pair of the open dict.
+func (w *Writer) Next() {
+	if w.err != nil {
+		return
+	}
+	if len(w.stack) == 0 {
+		w.fail("Next with no open container")
+		return
+	}
+	c := &w.stack[len(w.stack)-1]
+	c.done++
+	if c.done > c.n {
+		w.fail("container declared with %d items got more", c.n)
+		return
+	}
+	if w.cfg.Cpp || c.kind == 't' || c.n < 2 || c.done%batchSize != 0 || c.done == c.n {
+		return
+	}
+	if c.kind == 'l' {
+		w.write(OpAppends, OpMark)
+	} else {
+		w.write(OpSetItems, OpMark)
+	}
+}
+
+func (w *Writer) pop(kind byte) (container, bool) {
+	if w.err != nil {
+		return container{}, false
+	}
+	if len(w.stack) == 0 || w.stack[len(w.stack)-1].kind != kind {
+		w.fail("End%c without matching Start", kind)
+		return container{}, false
+	}
+	c := w.stack[len(w.stack)-1]
+	w.stack = w.stack[:len(w.stack)-1]
+	if c.done != c.n {
+		w.fail("container declared with %d items got %d", c.n, c.done)
+		return container{}, false
+	}
+	return c, true
+}
+
+func (w *Writer) endTag(annotation string, h any) {
+	if w.cfg.TypeTag {
+		w.SharedStr(annotation)
+		w.write(OpTuple2, OpReduce)
+	}
+	if h != nil {
+		w.memoize(h)
+	}
+}
+
+// EndDict closes the open dict.
+func (w *Writer) EndDict() {
+	c, ok := w.pop('d')
+	if !ok {
+		return
+	}
+	if w.cfg.Cpp {
+		w.write(OpSetItems)
+		w.endTag("Dict[Any, Any]", c.h)
+		return
+	}
+	switch {
+	case c.n == 1:
+		w.write(OpSetItem)
+	case c.n >= 2:
+		w.write(OpSetItems)
+		if c.n%batchSize == 0 {
+			// CPython's batch_dict_exact writes one more, empty batch when the length is a
+			// multiple of the batch size.
+			w.write(OpMark, OpSetItems)
+		}
+	}
+}
+
+// EndList closes the open list.
+func (w *Writer) EndList() {
+	c, ok := w.pop('l')
+	if !ok {
+		return
+	}
+	if w.cfg.Cpp {
+		w.write(OpAppends)
+		w.endTag("List[Any]", c.h)
+		return
+	}
+	switch {
+	case c.n == 1:
+		w.write(OpAppend)
+	case c.n >= 2:
+		w.write(OpAppends)
+	}
+}
+
+// EndTuple closes the open tuple.
+func (w *Writer) EndTuple() {
+	c, ok := w.pop('t')
+	if !ok {
+		return
+	}
+	switch c.n {
+	case 0:
+		w.write(OpEmptyTuple)
+		return // CPython does not memoise the empty tuple
+	case 1:
+		w.write(OpTuple1)
+	case 2:
+		w.write(OpTuple2)
+	case 3:
+		w.write(OpTuple3)
+	default:
+		w.write(OpTuple)
+	}
+	if w.cfg.Cpp {
+		if c.h != nil {
+			w.memoize(c.h)
+		}
+		return
+	}
+	w.memoize(c.h)
+}
+
+// errUnsupported is returned for Go values Value cannot write.
+var errUnsupported = errors.New("unsupported value type")
