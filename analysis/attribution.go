@@ -242,7 +242,11 @@ func (a *Attributor) Attribute(snap *snapshot.Snapshot, id snapshot.StackID) Att
 	if at, ok := a.cache[k]; ok {
 		return at
 	}
-	at := a.AttributeFrames(snap.StackFrames(id), id == snapshot.NoStack, snap.Caps)
+	// A file that recorded no stacks at all writes empty frame lists: that is "not recorded",
+	// not "no Python frame".
+	noStack := id == snapshot.NoStack ||
+		(id == snapshot.EmptyStack && !snap.Caps.FramesOnBlocks && !snap.Caps.FramesOnAllocs)
+	at := a.AttributeFrames(snap.StackFrames(id), noStack, snap.Caps)
 	a.cache[k] = at
 	return at
 }
@@ -251,6 +255,8 @@ func (a *Attributor) Attribute(snap *snapshot.Snapshot, id snapshot.StackID) Att
 func (a *Attributor) SiteOf(snap *snapshot.Snapshot, id snapshot.StackID) Site {
 	return a.Attribute(snap, id).Site
 }
+
+var backwardNodeRe = regexp.MustCompile(`(autograd::generated::|^)[A-Za-z0-9_]+Backward[0-9]*(::apply|$)`)
 
 var autogradOpRe = regexp.MustCompile(`(?:autograd::generated::|\b)([A-Za-z0-9_]+Backward[0-9]*|AccumulateGrad)\b`)
 
@@ -295,7 +301,7 @@ func (a *Attributor) AttributeFrames(frames []snapshot.Frame, noStack bool, caps
 		at.Site = siteOf(frames[libIdx], SiteKindLibrary)
 	default:
 		at.Site = Site{Line: 0, Site: SiteNoPython, Kind: SiteKindNone}
-		if noStack {
+		if noStack || (len(frames) == 0 && caps.CppFrames) {
 			at.Site.Site = SiteNoStack
 		} else if op := cppOp(frames); op != "" {
 			at.Site.Function = op
@@ -372,9 +378,9 @@ func categorize(frames []snapshot.Frame, kinds []frameKind, noStack bool, caps s
 	}
 	if len(frames) == 0 {
 		if caps.PythonOnly || !caps.CppFrames {
-			return CategoryBackwardTemporary, "empty stack: with stacks=\"python\" allocations made by the autograd engine (backward pass) have no Python frame"
+			return CategoryBackwardTemporary, "empty stack: with stacks=\"python\" allocations made by the autograd engine (backward pass) have no Python frame (memory allocated before recording started looks the same)"
 		}
-		return CategoryOther, "empty stack"
+		return CategoryOther, "empty stack in a file that records C++ frames: allocated before memory history recording started (often the model's weights)"
 	}
 	if f, ok := hasFrame(frames, func(p, _ string) bool { return strings.Contains(p, "torch/optim/") }); ok {
 		return CategoryOptimizerState, ev(f, "allocated inside the optimizer")
@@ -390,8 +396,9 @@ func categorize(frames []snapshot.Frame, kinds []frameKind, noStack bool, caps s
 		return CategoryGradient, ev(f, "gradient accumulation in the autograd engine")
 	}
 	if f, ok := hasFrame(frames, func(p, n string) bool {
-		return strings.Contains(n, "autograd::Engine") || strings.Contains(n, "Backward") ||
-			strings.Contains(p, "torch/autograd/") || n == "_engine_run_backward"
+		return strings.Contains(n, "autograd::Engine::") || backwardNodeRe.MatchString(n) ||
+			n == "_engine_run_backward" ||
+			(n == "backward" && (strings.Contains(p, "torch/autograd/__init__.py") || strings.Contains(p, "torch/_tensor.py")))
 	}); ok {
 		return CategoryBackwardTemporary, ev(f, "allocated during the backward pass")
 	}

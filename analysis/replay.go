@@ -99,7 +99,10 @@ type ReplayResult struct {
 	Iterations            int             `json:"iterations"`
 	RepeatingSites        []RepeatingSite `json:"repeating_sites"`
 	OOMEvents             int             `json:"oom_events"`
-	Notes                 []string        `json:"notes"`
+	// SizesAreRequested: the trace records requested bytes (newer PyTorch), so allocated memory over
+	// time counts requested bytes; the final state counts rounded block sizes.
+	SizesAreRequested bool     `json:"sizes_are_requested"`
+	Notes             []string `json:"notes"`
 }
 
 // liveBlk is a block that is allocated or awaiting its free_completed during a replay.
@@ -135,6 +138,10 @@ type engine struct {
 	finalActive int64
 	finalRes    int64
 	unmatched   int // frees with no live block even after seeding
+	// requested: the trace's sizes are requested bytes (newer PyTorch), not rounded block sizes;
+	// blocks seeded from the final state then count their requested_size.
+	requested   bool
+	finalBlocks map[uint64]snapshot.Block
 	doubleAlloc int
 	onFreeDone  func(i int, b *liveBlk)
 	onFree      func(i int, b *liveBlk)
@@ -151,6 +158,13 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		seg *snapshot.Segment
 	}
 	finalBlocks := map[uint64]fb{}
+	for _, ev := range e.evs {
+		if ev.Action == snapshot.ActionAlloc && ev.Size%512 != 0 {
+			e.requested = true
+			break
+		}
+	}
+	e.finalBlocks = map[uint64]snapshot.Block{}
 	for si := range snap.Segments {
 		s := &snap.Segments[si]
 		if s.Device != device {
@@ -163,7 +177,9 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 				e.finalAlloc += b.Size
 				e.finalActive += b.Size
 				finalBlocks[b.Address] = fb{b, s}
+				e.finalBlocks[b.Address] = b
 			case snapshot.StateActivePendingFree:
+				e.finalBlocks[b.Address] = b
 				e.finalActive += b.Size
 				finalBlocks[b.Address] = fb{b, s}
 			}
@@ -213,7 +229,11 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		if _, ok := first[addr]; ok {
 			continue
 		}
-		b := &liveBlk{size: f.b.Size, stack: f.b.Stack, stream: f.seg.Stream, allocIdx: -1, freeReqIdx: -1}
+		size := f.b.Size
+		if e.requested && f.b.RequestedSize > 0 {
+			size = f.b.RequestedSize
+		}
+		b := &liveBlk{size: size, stack: f.b.Stack, stream: f.seg.Stream, allocIdx: -1, freeReqIdx: -1}
 		e.active += b.size
 		if f.b.State == snapshot.StateActivePendingFree {
 			b.pending = true
@@ -306,6 +326,21 @@ func (e *engine) step() {
 			delete(e.segs, ev.Addr)
 		}
 	}
+}
+
+// consistent reports whether the replayed live blocks are exactly the file's final active blocks
+// (same addresses, states and sizes, rounded or requested).
+func (e *engine) consistent() bool {
+	if e.unmatched > 0 || e.doubleAlloc > 0 || e.reserved != e.finalRes || len(e.live) != len(e.finalBlocks) {
+		return false
+	}
+	for addr, b := range e.live {
+		fb, ok := e.finalBlocks[addr]
+		if !ok || (fb.State == snapshot.StateActivePendingFree) != b.pending || (b.size != fb.Size && b.size != fb.RequestedSize) {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *engine) done() bool { return e.next >= len(e.evs) }
@@ -502,7 +537,8 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	r.DurationUS = r.LastTimeUS - r.FirstTimeUS
 	r.EndAllocatedBytes, r.EndReservedBytes = e.allocated, e.reserved
-	r.Consistent = e.allocated == e.finalAlloc && e.reserved == e.finalRes && e.unmatched == 0 && e.doubleAlloc == 0
+	r.Consistent = e.consistent()
+	r.SizesAreRequested = e.requested
 	for _, act := range snapshot.Actions() {
 		if c := counts[act]; c > 0 {
 			r.EventCounts = append(r.EventCounts, ActionCount{Action: act.String(), Count: c})
@@ -561,6 +597,9 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	if r.HasTrace && !r.Consistent {
 		*notes = append(*notes, fmt.Sprintf("the replay does not land on the file's final state (allocated %s vs %s, reserved %s vs %s, %d frees without a block, %d allocs over a live block)",
 			FormatBytes(e.allocated), FormatBytes(e.finalAlloc), FormatBytes(e.reserved), FormatBytes(e.finalRes), e.unmatched, e.doubleAlloc))
+	}
+	if r.SizesAreRequested {
+		*notes = append(*notes, "the trace records requested sizes: allocated over time counts requested bytes, slightly below the rounded block sizes PyTorch's allocated_bytes counts")
 	}
 	if r.HasTrace && r.FirstTimeUS == 0 {
 		*notes = append(*notes, "the trace has no timestamps (time_us): positions are event indices")

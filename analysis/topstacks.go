@@ -226,7 +226,7 @@ func (r *TopStacksResult) Text() string {
 	fmt.Fprintf(&b, ": %s in %d blocks, %d groups\n", FormatBytes(r.TotalBytes), r.TotalBlocks, r.Groups)
 	for _, s := range r.Sites {
 		fmt.Fprintf(&b, "%9s %5.1f%% %5d blocks  %s", FormatBytes(s.Bytes), s.Percent, s.Blocks, s.Site)
-		if s.Function != "" && r.GroupBy != "function" {
+		if s.Function != "" && r.GroupBy != "function" && s.Kind != SiteKindNone {
 			fmt.Fprintf(&b, " in %s", s.Function)
 		}
 		fmt.Fprintf(&b, "  [%s]\n", s.Category)
