@@ -2,4 +2,9 @@ module github.com/memsnap/memsnap
 
 go 1.26
 
-require github.com/nlpodyssey/gopickle v0.2.0 // indirect
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/nlpodyssey/gopickle v0.2.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+)

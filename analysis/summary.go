@@ -1,0 +1,425 @@
+package analysis
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// SummaryOptions select what Summarize reports.
+type SummaryOptions struct {
+	// Device restricts the answer to one device when non-nil.
+	Device *int
+	// MaxPools bounds each device's pool list (0 = all); the rest are counted in PoolsOmitted.
+	MaxPools int
+}
+
+// MemoryTotals are the allocator's byte counts over a set of segments.
+type MemoryTotals struct {
+	ReservedBytes      int64 `json:"reserved_bytes" jsonschema:"description=Sum of segment total_size: memory PyTorch holds from the driver (cudaMalloc)"`
+	AllocatedBytes     int64 `json:"allocated_bytes" jsonschema:"description=Sum of active_allocated block sizes: memory held by live tensors (rounded sizes)"`
+	PendingFreeBytes   int64 `json:"pending_free_bytes" jsonschema:"description=Sum of active_pending_free blocks: freed by the tensor but still in use by another stream"`
+	InactiveBytes      int64 `json:"inactive_bytes" jsonschema:"description=Sum of inactive blocks: cached and reusable free memory inside segments"`
+	RequestedBytes     int64 `json:"requested_bytes" jsonschema:"description=Bytes the allocated blocks' tensors asked for (before rounding)"`
+	RoundingWasteBytes int64 `json:"rounding_waste_bytes" jsonschema:"description=allocated_bytes minus requested_bytes: internal waste from size rounding and splitting"`
+	Segments           int   `json:"segments" jsonschema:"description=Number of segments"`
+	Blocks             int   `json:"blocks" jsonschema:"description=Number of blocks in those segments"`
+}
+
+func (t *MemoryTotals) add(o MemoryTotals) {
+	t.ReservedBytes += o.ReservedBytes
+	t.AllocatedBytes += o.AllocatedBytes
+	t.PendingFreeBytes += o.PendingFreeBytes
+	t.InactiveBytes += o.InactiveBytes
+	t.RequestedBytes += o.RequestedBytes
+	t.RoundingWasteBytes += o.RoundingWasteBytes
+	t.Segments += o.Segments
+	t.Blocks += o.Blocks
+}
+
+func (t *MemoryTotals) addSegment(seg *snapshot.Segment) {
+	t.Segments++
+	t.ReservedBytes += seg.TotalSize
+	t.Blocks += len(seg.Blocks)
+	for _, b := range seg.Blocks {
+		switch b.State {
+		case snapshot.StateActiveAllocated:
+			t.AllocatedBytes += b.Size
+			t.RequestedBytes += b.RequestedSize
+			t.RoundingWasteBytes += b.Size - b.RequestedSize
+		case snapshot.StateActivePendingFree:
+			t.PendingFreeBytes += b.Size
+		case snapshot.StateInactive:
+			t.InactiveBytes += b.Size
+		}
+	}
+}
+
+// PoolSummary is one (pool, stream, segment type) group of segments.
+type PoolSummary struct {
+	Pool        string `json:"pool" jsonschema:"description=default or private(a\\,b) for private pools such as CUDA graphs"`
+	Stream      uint64 `json:"stream" jsonschema:"description=Raw cudaStream_t (0 = default stream)"`
+	SegmentType string `json:"segment_type" jsonschema:"description=small (requests up to 1 MiB) or large"`
+	Expandable  bool   `json:"expandable" jsonschema:"description=Segments are expandable virtual ranges"`
+	MemoryTotals
+	LargestInactiveBlockBytes int64 `json:"largest_inactive_block_bytes" jsonschema:"description=Largest cached free block: the largest request this pool and stream can serve without new memory"`
+}
+
+// TraceSummary describes a device's recorded trace.
+type TraceSummary struct {
+	Events             int           `json:"events" jsonschema:"description=Trace events kept for this device"`
+	DroppedEvents      int64         `json:"dropped_events" jsonschema:"description=Older events dropped by --max-trace-events"`
+	ByAction           []ActionCount `json:"by_action" jsonschema:"description=Event counts by action"`
+	FirstTimeUS        int64         `json:"first_time_us" jsonschema:"description=Time of the first event (epoch microseconds; 0 when the file has no times)"`
+	LastTimeUS         int64         `json:"last_time_us" jsonschema:"description=Time of the last event"`
+	DurationUS         int64         `json:"duration_us" jsonschema:"description=Span of the trace in microseconds"`
+	PeakAllocatedBytes int64         `json:"peak_allocated_bytes" jsonschema:"description=Peak allocated bytes from replaying the trace"`
+	PeakReservedBytes  int64         `json:"peak_reserved_bytes" jsonschema:"description=Peak reserved bytes from replaying the trace"`
+	Incomplete         bool          `json:"incomplete" jsonschema:"description=The trace does not reach back to the first allocation (recording started late or the ring buffer filled)"`
+}
+
+// DeviceSummary is one device's memory.
+type DeviceSummary struct {
+	Device int `json:"device" jsonschema:"description=CUDA device index"`
+	MemoryTotals
+	Pools        []PoolSummary `json:"pools" jsonschema:"description=Segments grouped by pool\\, stream and segment type\\, largest reserved first"`
+	PoolsOmitted int           `json:"pools_omitted" jsonschema:"description=Pool groups left out by the limit"`
+	Trace        TraceSummary  `json:"trace" jsonschema:"description=What the device trace covers"`
+	OOMs         int           `json:"ooms" jsonschema:"description=Number of oom events in the trace"`
+}
+
+// RankSummary is one rank file of a directory.
+type RankSummary struct {
+	Rank   int          `json:"rank" jsonschema:"description=Rank (from the file name or the sorted position)"`
+	File   string       `json:"file" jsonschema:"description=The rank's snapshot file"`
+	Totals MemoryTotals `json:"totals" jsonschema:"description=The rank's totals over all its devices"`
+}
+
+// Summary answers "what is in this snapshot": memory per device and in total, pools, trace
+// coverage, OOM count, and what the file cannot answer.
+type Summary struct {
+	Path              string                     `json:"path" jsonschema:"description=The snapshot file or directory"`
+	Format            snapshot.Format            `json:"format" jsonschema:"description=How the file is encoded"`
+	Devices           []DeviceSummary            `json:"devices" jsonschema:"description=Per device (and rank\\, for a directory)"`
+	Totals            MemoryTotals               `json:"totals" jsonschema:"description=Sums over the devices listed"`
+	Ranks             []RankSummary              `json:"ranks,omitempty" jsonschema:"description=For a directory of rank snapshots: each rank's totals"`
+	OOMs              int                        `json:"ooms" jsonschema:"description=oom events over all devices"`
+	Annotations       int                        `json:"annotations" jsonschema:"description=external_annotations entries (record_function / profiler spans)"`
+	AllocatorSettings snapshot.AllocatorSettings `json:"allocator_settings" jsonschema:"description=allocator_settings when the file has them"`
+	Capabilities      snapshot.Capabilities      `json:"capabilities" jsonschema:"description=What the file can answer"`
+	CannotAnswer      string                     `json:"cannot_answer" jsonschema:"description=One line on what this file cannot tell"`
+	Notes             []string                   `json:"notes" jsonschema:"description=Observations worth acting on (e.g. an outlier rank)"`
+	rankDevices       []int                      // rank of each Devices entry, for the text
+}
+
+// Summarize computes the summary of one snapshot.
+func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions) (*Summary, error) {
+	s := &Summary{Path: snap.Path, Format: snap.Format, Devices: []DeviceSummary{}, Notes: []string{},
+		AllocatorSettings: snap.Settings, Capabilities: snap.Caps, Annotations: len(snap.Annotations)}
+	s.AllocatorSettings.Raw = nil // kept for read-raw-section; too long for a summary
+	devs := snap.Devices()
+	if opt.Device != nil {
+		if !slices.Contains(devs, *opt.Device) {
+			return nil, fmt.Errorf("%s: no device %d (the file has devices %v)", snap.Path, *opt.Device, devs)
+		}
+		devs = []int{*opt.Device}
+	}
+	for _, d := range devs {
+		ds, err := summarizeDevice(ctx, snap, d, opt)
+		if err != nil {
+			return nil, err
+		}
+		s.Devices = append(s.Devices, ds)
+		s.Totals.add(ds.MemoryTotals)
+		s.OOMs += ds.OOMs
+	}
+	s.CannotAnswer = cannotAnswer(snap.Caps, snap.Format)
+	return s, nil
+}
+
+func summarizeDevice(ctx context.Context, snap *snapshot.Snapshot, dev int, opt SummaryOptions) (DeviceSummary, error) {
+	ds := DeviceSummary{Device: dev, Pools: []PoolSummary{}}
+	type key struct {
+		pool   snapshot.PoolID
+		stream uint64
+		typ    string
+	}
+	pools := map[key]*PoolSummary{}
+	for i := range snap.Segments {
+		seg := &snap.Segments[i]
+		if seg.Device != dev {
+			continue
+		}
+		ds.MemoryTotals.addSegment(seg)
+		k := key{seg.PoolID, seg.Stream, seg.SegmentType}
+		p := pools[k]
+		if p == nil {
+			p = &PoolSummary{Pool: poolName(seg.PoolID), Stream: seg.Stream, SegmentType: seg.SegmentType}
+			pools[k] = p
+		}
+		p.Expandable = p.Expandable || seg.IsExpandable
+		p.MemoryTotals.addSegment(seg)
+		for _, b := range seg.Blocks {
+			if b.State == snapshot.StateInactive {
+				p.LargestInactiveBlockBytes = max(p.LargestInactiveBlockBytes, b.Size)
+			}
+		}
+	}
+	for _, p := range pools {
+		ds.Pools = append(ds.Pools, *p)
+	}
+	slices.SortFunc(ds.Pools, func(a, b PoolSummary) int {
+		if c := cmp.Compare(b.ReservedBytes, a.ReservedBytes); c != 0 {
+			return c
+		}
+		return cmp.Or(strings.Compare(a.Pool, b.Pool), cmp.Compare(a.Stream, b.Stream), strings.Compare(a.SegmentType, b.SegmentType))
+	})
+	if opt.MaxPools > 0 && len(ds.Pools) > opt.MaxPools {
+		ds.PoolsOmitted = len(ds.Pools) - opt.MaxPools
+		ds.Pools = ds.Pools[:opt.MaxPools]
+	}
+	ds.Trace.ByAction = []ActionCount{}
+	if dev < len(snap.DeviceTraces) {
+		evs := snap.DeviceTraces[dev]
+		ds.Trace.Events = len(evs)
+		if dev < len(snap.DroppedEvents) {
+			ds.Trace.DroppedEvents = snap.DroppedEvents[dev]
+		}
+		var counts [256]int64
+		other := map[string]int64{}
+		for _, e := range evs {
+			counts[e.Action]++
+			if e.Action == snapshot.ActionOther {
+				other[snap.EventExtras[e.Extra].ActionName]++
+			}
+		}
+		for _, a := range snapshot.Actions() {
+			if counts[a] > 0 {
+				ds.Trace.ByAction = append(ds.Trace.ByAction, ActionCount{Action: a.String(), Count: counts[a]})
+			}
+		}
+		for _, name := range sortedKeys(other) {
+			ds.Trace.ByAction = append(ds.Trace.ByAction, ActionCount{Action: name, Count: other[name]})
+		}
+		ds.OOMs = int(counts[snapshot.ActionOOM])
+		if len(evs) > 0 {
+			ds.Trace.FirstTimeUS, ds.Trace.LastTimeUS = evs[0].TimeUS, evs[len(evs)-1].TimeUS
+			if ds.Trace.FirstTimeUS > 0 {
+				ds.Trace.DurationUS = ds.Trace.LastTimeUS - ds.Trace.FirstTimeUS
+			}
+		}
+	}
+	ds.Trace.Incomplete = snap.Caps.TraceIncomplete
+	peaks, err := replayPeaks(ctx, snap, dev)
+	if err != nil {
+		return ds, err
+	}
+	ds.Trace.PeakAllocatedBytes, ds.Trace.PeakReservedBytes = peaks.allocated, peaks.reserved
+	return ds, nil
+}
+
+func sortedKeys(m map[string]int64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func poolName(p snapshot.PoolID) string {
+	if p == (snapshot.PoolID{}) {
+		return "default"
+	}
+	return fmt.Sprintf("private(%d,%d)", p[0], p[1])
+}
+
+// cannotAnswer says in one line what the file cannot tell.
+func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
+	var gaps []string
+	if !c.HasTrace {
+		gaps = append(gaps, "no allocation trace (no history over time, no peaks, no OOM events)")
+	} else if c.TraceIncomplete {
+		gaps = append(gaps, "the trace starts after recording began or the ring buffer filled (early allocations unknown)")
+	}
+	if !c.FramesOnBlocks && !c.FramesOnAllocs {
+		gaps = append(gaps, "no stack frames (record with context=\"all\")")
+	} else {
+		if c.HasTrace && !c.FramesOnFrees {
+			gaps = append(gaps, "no frames on frees")
+		}
+		if c.PythonOnly {
+			gaps = append(gaps, "Python stacks only (backward-pass allocations have no frames)")
+		}
+	}
+	if f.LegacyHistory {
+		gaps = append(gaps, "PyTorch 2.0 format (block addresses derived from segment order)")
+	}
+	if len(gaps) == 0 {
+		return "nothing notable: full trace with stacks on allocations and frees"
+	}
+	return "cannot tell: " + strings.Join(gaps, "; ")
+}
+
+// SummarizeRanks summarises a directory of rank snapshots: devices of every rank, each rank's
+// totals, totals summed over ranks, and a note on a rank far from the others.
+func SummarizeRanks(ctx context.Context, dir string, ranks []load.Rank, opt SummaryOptions) (*Summary, error) {
+	out := &Summary{Path: dir, Devices: []DeviceSummary{}, Ranks: []RankSummary{}, Notes: []string{}}
+	var caps []snapshot.Capabilities
+	for i, r := range ranks {
+		s, err := Summarize(ctx, r.Snap, opt)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			out.Format, out.AllocatorSettings = s.Format, s.AllocatorSettings
+		}
+		out.Devices = append(out.Devices, s.Devices...)
+		for range s.Devices {
+			out.rankDevices = append(out.rankDevices, r.Rank)
+		}
+		out.Ranks = append(out.Ranks, RankSummary{Rank: r.Rank, File: r.File, Totals: s.Totals})
+		out.Totals.add(s.Totals)
+		out.OOMs += s.OOMs
+		out.Annotations += s.Annotations
+		caps = append(caps, s.Capabilities)
+	}
+	if len(caps) > 0 {
+		out.Capabilities = caps[0]
+		for _, c := range caps[1:] { // what every rank can answer
+			out.Capabilities.HasTrace = out.Capabilities.HasTrace && c.HasTrace
+			out.Capabilities.FramesOnBlocks = out.Capabilities.FramesOnBlocks && c.FramesOnBlocks
+			out.Capabilities.FramesOnAllocs = out.Capabilities.FramesOnAllocs && c.FramesOnAllocs
+			out.Capabilities.FramesOnFrees = out.Capabilities.FramesOnFrees && c.FramesOnFrees
+			out.Capabilities.TraceIncomplete = out.Capabilities.TraceIncomplete || c.TraceIncomplete
+		}
+	}
+	out.CannotAnswer = cannotAnswer(out.Capabilities, out.Format)
+	out.Notes = append(out.Notes, rankOutliers(out.Ranks)...)
+	return out, nil
+}
+
+// rankOutliers names ranks whose reserved or allocated memory is far (>25% and >256 MiB) above
+// the median of the ranks: uneven sharding, a rank doing extra work (logging, eval), or a leak.
+func rankOutliers(ranks []RankSummary) []string {
+	if len(ranks) < 3 {
+		return nil
+	}
+	var notes []string
+	for _, metric := range []struct {
+		name string
+		get  func(MemoryTotals) int64
+	}{{"allocated", func(t MemoryTotals) int64 { return t.AllocatedBytes }}, {"reserved", func(t MemoryTotals) int64 { return t.ReservedBytes }}} {
+		vals := make([]int64, len(ranks))
+		for i, r := range ranks {
+			vals[i] = metric.get(r.Totals)
+		}
+		sorted := slices.Clone(vals)
+		slices.Sort(sorted)
+		median := sorted[len(sorted)/2]
+		for i, r := range ranks {
+			if diff := vals[i] - median; diff > 256<<20 && float64(diff) > 0.25*float64(median) {
+				notes = append(notes, fmt.Sprintf("rank %d is an outlier: %s %s vs median %s across %d ranks (+%s) — check what only this rank does (uneven shards, logging/eval on rank 0, a leak)",
+					r.Rank, metric.name, FormatBytes(vals[i]), FormatBytes(median), len(ranks), FormatBytes(diff)))
+			}
+		}
+	}
+	return notes
+}
+
+// Text renders the summary for a person or an agent: short, human-readable sizes.
+func (s *Summary) Text() string {
+	var b strings.Builder
+	enc := s.Format.Encoding
+	if s.Format.Protocol > 0 {
+		enc += fmt.Sprintf(" protocol %d", s.Format.Protocol)
+	}
+	if s.Format.Gzip {
+		enc += ", gzip"
+	}
+	fmt.Fprintf(&b, "%s (%s)\n", filepath.Base(s.Path), enc)
+	t := s.Totals
+	fmt.Fprintf(&b, "total: reserved %s, allocated %s (requested %s, rounding waste %s), pending free %s, inactive %s; %d segments, %d blocks\n",
+		FormatBytes(t.ReservedBytes), FormatBytes(t.AllocatedBytes), FormatBytes(t.RequestedBytes), FormatBytes(t.RoundingWasteBytes),
+		FormatBytes(t.PendingFreeBytes), FormatBytes(t.InactiveBytes), t.Segments, t.Blocks)
+	for _, r := range s.Ranks {
+		fmt.Fprintf(&b, "rank %d (%s): reserved %s, allocated %s\n", r.Rank, filepath.Base(r.File), FormatBytes(r.Totals.ReservedBytes), FormatBytes(r.Totals.AllocatedBytes))
+	}
+	for i, d := range s.Devices {
+		label := fmt.Sprintf("device %d", d.Device)
+		if i < len(s.rankDevices) {
+			label = fmt.Sprintf("rank %d device %d", s.rankDevices[i], d.Device)
+		}
+		fmt.Fprintf(&b, "%s: reserved %s, allocated %s, pending free %s, inactive %s; %d segments, %d blocks\n", label,
+			FormatBytes(d.ReservedBytes), FormatBytes(d.AllocatedBytes), FormatBytes(d.PendingFreeBytes), FormatBytes(d.InactiveBytes), d.Segments, d.Blocks)
+		for _, p := range d.Pools {
+			stream := "default stream"
+			if p.Stream != 0 {
+				stream = fmt.Sprintf("stream %#x", p.Stream)
+			}
+			exp := ""
+			if p.Expandable {
+				exp = ", expandable"
+			}
+			fmt.Fprintf(&b, "  %s pool, %s, %s%s: %d segments, reserved %s, allocated %s, inactive %s, largest free block %s\n",
+				p.Pool, stream, p.SegmentType, exp, p.Segments, FormatBytes(p.ReservedBytes), FormatBytes(p.AllocatedBytes), FormatBytes(p.InactiveBytes), FormatBytes(p.LargestInactiveBlockBytes))
+		}
+		if d.PoolsOmitted > 0 {
+			fmt.Fprintf(&b, "  … %d more pool groups\n", d.PoolsOmitted)
+		}
+		tr := d.Trace
+		if tr.Events > 0 {
+			var acts []string
+			for _, a := range tr.ByAction {
+				acts = append(acts, fmt.Sprintf("%s %d", a.Action, a.Count))
+			}
+			fmt.Fprintf(&b, "  trace: %d events (%s)", tr.Events, strings.Join(acts, ", "))
+			if tr.DurationUS > 0 {
+				fmt.Fprintf(&b, " over %.3f s", float64(tr.DurationUS)/1e6)
+			}
+			fmt.Fprintf(&b, "; peak allocated %s, peak reserved %s", FormatBytes(tr.PeakAllocatedBytes), FormatBytes(tr.PeakReservedBytes))
+			if tr.DroppedEvents > 0 {
+				fmt.Fprintf(&b, "; %d older events dropped by --max-trace-events", tr.DroppedEvents)
+			}
+			b.WriteString("\n")
+		}
+	}
+	if s.OOMs > 0 {
+		fmt.Fprintf(&b, "OOM events: %d (run `memsnap oom` for the verdict)\n", s.OOMs)
+	}
+	if st := s.AllocatorSettings; st.Present && st.AllocConf != "" {
+		fmt.Fprintf(&b, "PYTORCH_CUDA_ALLOC_CONF=%s\n", st.AllocConf)
+	}
+	for _, n := range s.Notes {
+		b.WriteString(n + "\n")
+	}
+	b.WriteString(s.CannotAnswer + "\n")
+	return b.String()
+}
+
+type peaks struct{ allocated, reserved int64 }
+
+// replayPeaks replays one device's trace with the replay engine and keeps only the peaks, so
+// summarize stays cheap on multi-million-event traces. Without a trace the peaks are the
+// file's final state.
+func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, error) {
+	e := newEngine(snap, dev)
+	p := peaks{e.allocated, e.reserved}
+	for !e.done() {
+		if e.next&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return p, fmt.Errorf("replay: %w", err)
+			}
+		}
+		e.step()
+		p.allocated = max(p.allocated, e.allocated)
+		p.reserved = max(p.reserved, e.reserved)
+	}
+	return p, nil
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "memsnap",
+		Short: "Diagnose PyTorch CUDA memory snapshots (torch.cuda.memory._dump_snapshot)",
+		Long: `memsnap reads the snapshot files that torch.cuda.memory._dump_snapshot() writes —
+any PyTorch version, pickle or JSON, gzip or not — without running any code from them,
+and answers in allocator terms and in your own code.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see %s --help)", err, c.CommandPath())
+	})
+	for _, add := range commands {
+		root.AddCommand(add())
+	}
+	return root
+}
+
+// commands are registered by each command's file (init), so commands stay one file each.
+var commands []func() *cobra.Command
+
+func register(c func() *cobra.Command) { commands = append(commands, c) }
+
+// loadOptions are the flags every command that reads snapshots shares.
+type loadOptions struct {
+	maxTraceEvents int
+}
+
+func (o *loadOptions) addFlags(c *cobra.Command) {
+	c.Flags().IntVar(&o.maxTraceEvents, "max-trace-events", 0, "keep only the newest N trace events per device (bounds memory; 0 = keep all)")
+}
+
+func (o *loadOptions) options() load.Options { return load.Options{MaxTraceEvents: o.maxTraceEvents} }
+
+// loadSnapshot loads one snapshot file ("-" = standard input).
+func loadSnapshot(ctx context.Context, path string, o loadOptions) (*snapshot.Snapshot, error) {
+	return load.File(ctx, path, o.options())
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// texter is a result that renders itself for a person or an agent.
+type texter interface{ Text() string }
+
+// emit prints a result as JSON or text.
+func emit(c *cobra.Command, asJSON bool, r texter) error {
+	if asJSON {
+		return printJSON(c.OutOrStdout(), r)
+	}
+	_, err := io.WriteString(c.OutOrStdout(), r.Text())
+	return err
+}

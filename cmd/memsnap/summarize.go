@@ -1,0 +1,62 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/load"
+)
+
+func init() { register(newSummarizeCmd) }
+
+func newSummarizeCmd() *cobra.Command {
+	var (
+		lo     loadOptions
+		device int
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "summarize PATH",
+		Short: "Memory per device and in total: reserved, allocated, pending free, inactive, pools, trace coverage",
+		Long: `summarize reports, per device and in total: reserved (sum of segment sizes), allocated
+(live tensors), pending free (freed, still used by another stream), inactive (cached, reusable),
+requested and rounding waste; segments by pool, stream and type with the largest free block;
+trace coverage with peaks from replaying the trace; OOM count; and what the file cannot answer.
+PATH may be a file, "-" for standard input, or a directory of per-rank snapshots.`,
+		Example: `  memsnap summarize snapshot.pickle
+  memsnap summarize snapshot.pickle --json --device 0
+  memsnap summarize ranks/ --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			ctx := c.Context()
+			opt := analysis.SummaryOptions{}
+			if c.Flags().Changed("device") {
+				opt.Device = &device
+			}
+			path := args[0]
+			var s *analysis.Summary
+			if path != "-" && load.IsDir(path) {
+				ranks, err := load.Dir(ctx, path, lo.options())
+				if err != nil {
+					return err
+				}
+				if s, err = analysis.SummarizeRanks(ctx, path, ranks, opt); err != nil {
+					return err
+				}
+			} else {
+				snap, err := loadSnapshot(ctx, path, lo)
+				if err != nil {
+					return err
+				}
+				if s, err = analysis.Summarize(ctx, snap, opt); err != nil {
+					return err
+				}
+			}
+			return emit(c, asJSON, s)
+		},
+	}
+	lo.addFlags(c)
+	c.Flags().IntVar(&device, "device", 0, "only this CUDA device")
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
+	return c
+}
