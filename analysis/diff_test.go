@@ -1,0 +1,91 @@
+package analysis
+
+import (
+	"testing"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+const sp = "/venv/lib/python3.11/site-packages/"
+
+// diffSnap builds a snapshot with n blocks of size per stack.
+func diffSnap(path string, counts map[string]int, sizes map[string]int64) *snapshot.Snapshot {
+	t := newTB()
+	t.snap.Path = path
+	stacks := map[string]snapshot.StackID{
+		"fc1": t.stack(sp+"torch/nn/functional.py", 10, "linear", sp+"torch/nn/modules/module.py", 1747, "_call_impl", "/w/model.py", 20, "forward", "/w/train.py", 50, "train"),
+		"fc2": t.stack(sp+"torch/nn/functional.py", 10, "linear", sp+"torch/nn/modules/module.py", 1747, "_call_impl", "/w/model.py", 21, "forward", "/w/train.py", 50, "train"),
+		"loss": t.stack(sp+"torch/nn/functional.py", 3000, "cross_entropy", sp+"torch/nn/modules/loss.py", 1200, "forward",
+			sp+"torch/nn/modules/module.py", 1747, "_call_impl", "/w/train.py", 52, "train"),
+		"cache": t.stack(sp+"torch/_tensor.py", 40, "clone", "/w/train.py", 60, "collect"),
+		"adam":  t.stack(sp+"torch/optim/adam.py", 150, "_init_group", sp+"torch/optim/adam.py", 220, "step", "/w/train.py", 55, "train"),
+		"param": t.stack(sp+"torch/nn/modules/module.py", 1300, "convert", "/w/train.py", 10, "main"),
+	}
+	addr := uint64(0x10000000)
+	for _, k := range []string{"fc1", "fc2", "loss", "cache", "adam", "param"} {
+		n := counts[k]
+		if n == 0 {
+			continue
+		}
+		blocks := []snapshot.Block{}
+		for i := 0; i < n; i++ {
+			blocks = append(blocks, blk(sizes[k], snapshot.StateActiveAllocated, stacks[k]))
+		}
+		t.seg(0, addr, 0, blocks...)
+		addr += 0x10000000
+	}
+	s := t.done()
+	s.Caps.FramesOnBlocks = true
+	return s
+}
+
+func TestDiffPatterns(t *testing.T) {
+	sizes := map[string]int64{"fc1": 4 * mib, "fc2": 2 * mib, "loss": 512, "cache": 8 * mib, "adam": 16 * mib, "param": 16 * mib}
+	tests := []struct {
+		name          string
+		before, after map[string]int
+		patterns      []string
+		site          string
+		top           string
+		topDelta      int64
+		topBlocks     int
+	}{
+		{"retained graph", map[string]int{"param": 2, "fc1": 1, "fc2": 1, "loss": 1},
+			map[string]int{"param": 2, "fc1": 11, "fc2": 11, "loss": 11},
+			[]string{PatternRetainedGraph}, "train.py:52", "model.py:20", 40 * mib, 10},
+		{"growing container", map[string]int{"param": 2, "cache": 3},
+			map[string]int{"param": 2, "cache": 13},
+			[]string{PatternGrowingContainer}, "train.py:60", "train.py:60", 80 * mib, 10},
+		{"optimizer first step", map[string]int{"param": 2},
+			map[string]int{"param": 2, "adam": 4},
+			[]string{PatternOptimizerFirstStp}, "train.py:55", "train.py:55", 64 * mib, 4},
+		{"no growth", map[string]int{"param": 2, "adam": 4, "fc1": 3},
+			map[string]int{"param": 2, "adam": 4, "fc1": 3},
+			[]string{PatternNoGrowth}, "", "model.py:20", 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := diffSnap("before.pickle", tc.before, sizes)
+			a := diffSnap("after.pickle", tc.after, sizes)
+			r, err := Diff(b, a, DiffOptions{Device: AllDevices})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Patterns) != len(tc.patterns) {
+				t.Fatalf("patterns = %+v", r.Patterns)
+			}
+			for i, p := range tc.patterns {
+				if r.Patterns[i].Name != p || r.Patterns[i].Site != tc.site || r.Patterns[i].Fix == "" || r.Patterns[i].Evidence == "" {
+					t.Errorf("pattern %d = %+v, want %s at %q", i, r.Patterns[i], p, tc.site)
+				}
+			}
+			top := r.Sites[0]
+			if top.Site != tc.top || top.DeltaBytes != tc.topDelta || top.DeltaBlocks != tc.topBlocks {
+				t.Errorf("top site = %+v", top)
+			}
+			if r.Text() == "" {
+				t.Error("empty text")
+			}
+		})
+	}
+}
