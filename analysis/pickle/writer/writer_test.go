@@ -87,24 +87,29 @@ func needPython(t *testing.T) string {
 	return py
 }
 
-// cpythonDumps returns pickle.dumps(value, proto) for each protocol, as CPython writes it.
-func cpythonDumps(t *testing.T, py string, v any, protos []int) map[int][]byte {
+// cpythonDumps returns pickle.dumps(v, proto) for each value and protocol, as CPython writes
+// it (one Python process for all of them).
+func cpythonDumps(t *testing.T, py string, vs []any, protos []int) []map[int][]byte {
 	t.Helper()
-	src := (&pySrc{ids: map[any]int{}}).expr(v)
-	script := `import pickle, sys
-_o = {}
+	var script strings.Builder
+	script.WriteString(`import pickle, sys
 def _m(i, x):
     _o[i] = x
     return x
 def _s(x):
     return x if len(x) < 2 else ''.join(list(x))
-v = ` + src + `
-for p in sys.argv[1:]:
-    print(pickle.dumps(v, int(p)).hex())
-`
-	dir := t.TempDir()
-	path := filepath.Join(dir, "dump.py")
-	if err := os.WriteFile(path, []byte(script), 0o644); err != nil {
+vs = []
+`)
+	for _, v := range vs {
+		src := (&pySrc{ids: map[any]int{}}).expr(v)
+		script.WriteString("_o = {}\nvs.append(" + src + ")\n")
+	}
+	script.WriteString(`for v in vs:
+    for p in sys.argv[1:]:
+        print(pickle.dumps(v, int(p)).hex())
+`)
+	path := filepath.Join(t.TempDir(), "dump.py")
+	if err := os.WriteFile(path, []byte(script.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{path}
@@ -116,16 +121,19 @@ for p in sys.argv[1:]:
 		t.Fatalf("python: %v", err)
 	}
 	lines := strings.Fields(string(out))
-	if len(lines) != len(protos) {
-		t.Fatalf("python printed %d lines, want %d", len(lines), len(protos))
+	if len(lines) != len(protos)*len(vs) {
+		t.Fatalf("python printed %d lines, want %d", len(lines), len(protos)*len(vs))
 	}
-	res := map[int][]byte{}
-	for i, p := range protos {
-		b, err := hex.DecodeString(lines[i])
-		if err != nil {
-			t.Fatal(err)
+	res := make([]map[int][]byte, len(vs))
+	for i := range vs {
+		res[i] = map[int][]byte{}
+		for j, p := range protos {
+			b, err := hex.DecodeString(lines[i*len(protos)+j])
+			if err != nil {
+				t.Fatal(err)
+			}
+			res[i][p] = b
 		}
-		res[p] = b
 	}
 	return res
 }
@@ -186,9 +194,14 @@ func TestValueMatchesCPythonBytes(t *testing.T) {
 		{"nested frame boundary", &List{Items: []any{&List{Items: []any{strings.Repeat("a", 30000), strings.Repeat("b", 36000)}}, "c"}}},
 	}
 	protos := []int{2, 3, 4, 5}
+	var vs []any
 	for _, tc := range cases {
+		vs = append(vs, tc.v)
+	}
+	wants := cpythonDumps(t, py, vs, protos)
+	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			want := cpythonDumps(t, py, tc.v, protos)
+			want := wants[i]
 			for _, p := range protos {
 				got, err := Dumps(tc.v, Config{Protocol: p})
 				if err != nil {
@@ -259,7 +272,14 @@ func TestWriterErrors(t *testing.T) {
 	}{
 		{"protocol 1", Config{Protocol: 1}, func(w *Writer) { w.None() }, "protocol 1 not supported"},
 		{"cpp protocol 4", Config{Protocol: 4, Cpp: true}, func(w *Writer) { w.None() }, "writes protocol 2"},
-		{"too many items", Config{}, func(w *Writer) { w.StartList(nil, 1); w.Int(1); w.Next(); w.Int(2); w.Next(); w.EndList() }, "declared with 1 items got more"},
+		{"too many items", Config{}, func(w *Writer) {
+			w.StartList(nil, 1)
+			w.Int(1)
+			w.Next()
+			w.Int(2)
+			w.Next()
+			w.EndList()
+		}, "declared with 1 items got more"},
 		{"too few items", Config{}, func(w *Writer) { w.StartList(nil, 2); w.Int(1); w.Next(); w.EndList() }, "declared with 2 items got 1"},
 		{"unbalanced", Config{}, func(w *Writer) { w.StartList(nil, 0); w.EndDict() }, "without matching Start"},
 		{"left open", Config{}, func(w *Writer) { w.StartDict(nil, 0) }, "still open"},
