@@ -1,0 +1,174 @@
+// Command genfixtures writes every sim scenario as a snapshot file under testdata/scenarios/
+// (relative to the repository root, or the directory given as the first argument), plus a
+// README.md stating what each file is and its ground truth. Output is deterministic: running it
+// twice gives the same bytes.
+//
+//	go run ./analysis/sim/genfixtures [dir]
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/pickle/writer"
+	"github.com/memsnap/memsnap/analysis/sim"
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// DefaultDir is where fixtures go, relative to the repository root.
+const DefaultDir = "testdata/scenarios"
+
+// fixture is one written file.
+type fixture struct {
+	name string
+	snap *snapshot.Snapshot
+	opt  writer.Options
+}
+
+// group is a set of files sharing one README entry.
+type group struct {
+	title string
+	truth string
+	files []fixture
+}
+
+func mib(n int64) string { return fmt.Sprintf("%d B (%.2f MiB)", n, float64(n)/sim.MiB) }
+
+func oomText(tr sim.OOMTruth) string {
+	return fmt.Sprintf("verdict **%s**; failing site `%s`; oom event size (rounded request) %s; device_free %s; "+
+		"reserved %s; allocated %s; cached free (inactive) %s; largest inactive block %s.",
+		tr.Verdict, tr.Site, mib(tr.Requested), mib(tr.DeviceFree), mib(tr.Reserved), mib(tr.Allocated),
+		mib(tr.Inactive), mib(tr.LargestFree))
+}
+
+// groups builds every scenario. Truth texts mirror the doc comments in analysis/sim/scenarios.go.
+func groups() []group {
+	p4 := writer.Options{}
+	var gs []group
+	a, b := sim.RetainedGraphPair()
+	gs = append(gs, group{"Retained autograd graph (leak)",
+		"Steps 5 and 50 of a loop with `loss.backward(retain_graph=True)` (train.py:90) and `losses.append(loss)` (train.py:93). " +
+			"Growth from step 5 to step 50 (45 steps), by innermost user frame: `" + sim.SiteFC1 + "` +90 blocks +180 MiB; `" +
+			sim.SiteGELU + "` +90 blocks +180 MiB; `" + sim.SiteResidual + "` +90 blocks +45 MiB; `" + sim.SiteLoss +
+			"` +90 blocks, +180 MiB + 180 B requested (+180 MiB + 23,040 B rounded: log_softmax output and the 4-byte loss per step). " +
+			"Total +360 blocks, +585 MiB + 180 B requested. Nothing else changes.",
+		[]fixture{{"retained_graph_step5.pickle", a, p4}, {"retained_graph_step50.pickle", b, p4}}})
+	a, b = sim.GrowingContainerPair()
+	gs = append(gs, group{"Growing container (leak)",
+		"Steps 5 and 50 of a loop doing `history.append(logits.detach().clone())`. Only `" + sim.SiteHistory +
+			"` grows: 5 blocks / 20 MiB at step 5, 50 blocks / 200 MiB at step 50 (+45 blocks, +180 MiB, one 4 MiB block per step).",
+		[]fixture{{"growing_container_step5.pickle", a, p4}, {"growing_container_step50.pickle", b, p4}}})
+	a, b = sim.NoGrowthPair()
+	gs = append(gs, group{"No growth",
+		"Steps 5 and 50 of a correct loop. Live blocks identical in both: `" + sim.SiteParams + "` 5 blocks 24 MiB; `" +
+			sim.SiteBatchX + "` 1 block 512 KiB; `" + sim.SiteBatchY + "` 1 block 2 KiB; `" + sim.SiteStep +
+			"` 15 blocks (AdamW exp_avg/exp_avg_sq 48 MiB + 5 step tensors of 4 B in 512 B blocks). No site grows.",
+		[]fixture{{"no_growth_step5.pickle", a, p4}, {"no_growth_step50.pickle", b, p4}}})
+	a, b = sim.OptimizerFirstStepPair()
+	gs = append(gs, group{"Optimizer state appears once (not a leak)",
+		"Right before the first `opt.step()` (step 1) and at the same point of step 10. The only difference: `" + sim.SiteStep +
+			"` +15 blocks (10 × exp_avg/exp_avg_sq through torch/optim/adamw.py:113/:116 `_init_group`, 48 MiB; 5 fused step tensors " +
+			"through adamw.py:106, 4 B requested each). Created by the first step, flat afterwards.",
+		[]fixture{{"optimizer_first_step_before.pickle", a, p4}, {"optimizer_step10.pickle", b, p4}}})
+	s, tr := sim.ActivationOOM()
+	gs = append(gs, group{"OOM: activations exceed capacity",
+		"First forward pass of an 8-block model on a 940 MiB device; the fifth block's fc1 fails after the allocator released its one cached segment (segment_free just before the oom event). " + oomText(tr),
+		[]fixture{{"activation_oom.pickle", s, p4}}})
+	s, tr = sim.FragmentationOOM()
+	gs = append(gs, group{"OOM: fragmentation",
+		"50 × 20 MiB segments, each with a 9.5 MiB hole (freed activation, model.py:41) next to a live 10.5 MiB KV-cache block (model.py:71); a 32 MiB request fails on a 1 GiB device. " + oomText(tr),
+		[]fixture{{"fragmentation_oom.pickle", s, p4}}})
+	s, tr = sim.OutsidePyTorchOOM()
+	gs = append(gs, group{"OOM: memory held outside PyTorch",
+		"16 GiB device, all but 128 MiB used by another process; PyTorch reserved only 82 MiB when a 1 GiB `torch.empty` at train.py:103 fails. " + oomText(tr),
+		[]fixture{{"outside_pytorch_oom.pickle", s, p4}}})
+	cs := sim.CrossStreamPendingFrees()
+	gs = append(gs, group{"Cross-stream delayed frees",
+		fmt.Sprintf("Batches prefetched on stream 0 and used on side stream %d via record_stream. At the snapshot 2 blocks (2 MiB each, `train.py:64 prefetch`) are "+
+			"`active_pending_free` (free_requested, no free_completed); the 4 earlier batches' free_completed events are delayed past later events. "+
+			"The side stream has its own small segment with one live 512 KiB block (`train.py:71 reduce_on_side`). "+
+			"The .json file is the same snapshot as json.dumps writes it (compact).", sim.SideStream),
+		[]fixture{{"cross_stream_pending.pickle", cs, p4}, {"cross_stream_pending.json", cs, writer.Options{JSON: true}}}})
+	gs = append(gs, group{"Backward allocations without Python frames",
+		"Recorded with stacks=\"python\" (no C++ frames anywhere), taken after step 3's backward. The 5 live gradient blocks (24 MiB) and 24 alloc events " +
+			"(5 gradients + 3 activation-gradient temporaries per step, 3 steps) have EMPTY frames lists; forward allocations have Python frames.",
+		[]fixture{{"backward_no_python_frames.pickle", sim.BackwardNoPythonFrames(), p4}}})
+	ranks := sim.MultiRank(4)
+	var rf []fixture
+	for r, sn := range ranks {
+		rf = append(rf, fixture{fmt.Sprintf("multirank/rank%d.pickle", r), sn, p4})
+	}
+	gs = append(gs, group{"Four ranks, one outlier",
+		fmt.Sprintf("4 rank snapshots (segments on device = rank, 4 device_traces) after 3 steps. Rank %d also holds 3 × 512 MiB blocks at `train.py:143 gather_predictions` (+1.5 GiB); the others are identical up to addresses and device. Load the directory.", sim.MultiRankOutlier(4)),
+		rf})
+	sb := sim.SummarizeBasic()
+	gs = append(gs, group{"Summarize: small but rich",
+		fmt.Sprintf("3 profiled steps (external_annotations ProfilerStep#1..3 START/END), default-stream small and large pools, a side-stream segment (stream %d, 256 KiB block at train.py:71), "+
+			"a private pool (1, 0) with an 8 MiB block (train.py:118), default allocator_settings. Live: params 5 blocks 24 MiB, batch 2 blocks, AdamW 15 blocks, plus the two above. "+
+			"The same snapshot in other containers: protocol 2 with restore_type_tag, protocol 5, gzip, gzip-compressed JSON (indent 4; plain it would be 1.3 MB), bare segment list (oldest form: no trace), PyTorch 2.0 legacy history form, "+
+			"one frames list per traceback like real files, and 64 trailing NUL bytes after STOP.", sim.SideStream),
+		[]fixture{
+			{"summarize_basic.pickle", sb, p4},
+			{"summarize_basic_p2_typetag.pickle", sb, writer.Options{Protocol: 2, TypeTag: true}},
+			{"summarize_basic_p5.pickle", sb, writer.Options{Protocol: 5}},
+			{"summarize_basic.pickle.gz", sb, writer.Options{Gzip: true}},
+			{"summarize_basic.json.gz", sb, writer.Options{JSON: true, JSONIndent: true, Gzip: true}},
+			{"summarize_basic_segment_list.pickle", sb, writer.Options{SegmentList: true}},
+			{"summarize_basic_legacy20.pickle", sb, writer.Options{Legacy20: true}},
+			{"summarize_basic_list_per_traceback.pickle", sb, writer.Options{ListPerTraceback: true}},
+			{"summarize_basic_trailing_nul.pickle", sb, writer.Options{TrailingBytes: 64}},
+		}})
+	return gs
+}
+
+// generate writes every fixture and the README under dir.
+func generate(dir string) error {
+	var readme strings.Builder
+	readme.WriteString("# Scenario fixtures (generated)\n\n" +
+		"Written by `go run ./analysis/sim/genfixtures` from the caching-allocator simulation in `analysis/sim` " +
+		"(scenario functions in analysis/sim/scenarios.go). Do not edit: regenerate. Every file is synthetic; " +
+		"the ground truth below is exact. Sites are the innermost frame under /workspace/proj; sizes are block sizes " +
+		"(rounded to 512 B) unless marked requested. Unless noted, files are protocol-4 pickles with one frames list per distinct stack.\n")
+	for _, g := range groups() {
+		fmt.Fprintf(&readme, "\n## %s\n\n", g.title)
+		for _, f := range g.files {
+			if err := sim.CheckInvariants(f.snap); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+			data, err := writer.Encode(f.snap, f.opt)
+			if err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+			p := filepath.Join(dir, filepath.FromSlash(f.name))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+			fmt.Fprintf(&readme, "- `%s`\n", f.name)
+		}
+		fmt.Fprintf(&readme, "\n%s\n", g.truth)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte(readme.String()), 0o644); err != nil {
+		return fmt.Errorf("README: %w", err)
+	}
+	return nil
+}
+
+func main() {
+	dir := DefaultDir
+	if len(os.Args) > 1 {
+		dir = os.Args[1]
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "genfixtures:", err)
+		os.Exit(1)
+	}
+	if err := generate(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "genfixtures:", err)
+		os.Exit(1)
+	}
+}
