@@ -1,0 +1,402 @@
+package analysis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// OOMOptions tunes OOMReport.
+type OOMOptions struct {
+	Limit int `json:"limit"` // live sites per OOM; 0 means 10
+	// DeviceTotalBytes is the device's memory when known (the file does not record it); 0 means
+	// estimate it as the smallest common GPU size holding reserved + device_free.
+	DeviceTotalBytes int64              `json:"device_total_bytes"`
+	Attribution      AttributionOptions `json:"attribution"`
+}
+
+// OOM verdicts.
+const (
+	VerdictCapacity       = "capacity"
+	VerdictFragmentation  = "fragmentation"
+	VerdictOutsidePyTorch = "outside_pytorch"
+)
+
+// OOMSite is a site holding memory just before an OOM.
+type OOMSite struct {
+	Site     string `json:"site"`
+	File     string `json:"file"`
+	Line     int64  `json:"line"`
+	Function string `json:"function"`
+	Category string `json:"category"`
+	Bytes    int64  `json:"bytes"`
+	Blocks   int    `json:"blocks"`
+}
+
+// OOMEvent explains one oom event.
+type OOMEvent struct {
+	Device          int      `json:"device"`
+	EventIndex      int      `json:"event_index"`
+	TimeUS          int64    `json:"time_us"`
+	RequestedBytes  int64    `json:"requested_bytes"`
+	DeviceFreeBytes int64    `json:"device_free_bytes"`
+	Stream          string   `json:"stream"`
+	File            string   `json:"file"`
+	Line            int64    `json:"line"`
+	Function        string   `json:"function"`
+	Site            string   `json:"site"`
+	Stack           []string `json:"stack"`
+	// StateSource says where the memory figures come from: "replay" (the trace replayed up to
+	// the OOM) or "final_state" (the file's segments: no trace, or nothing changed after the OOM).
+	StateSource    string `json:"state_source"`
+	AllocatedBytes int64  `json:"allocated_bytes"`
+	ReservedBytes  int64  `json:"reserved_bytes"`
+	InactiveBytes  int64  `json:"inactive_bytes"`
+	// LargestFreeBlockBytes is the largest cached free block of the request's pool (small/large)
+	// and stream: what could have served it without cudaMalloc. LargestFreeAnyBytes ignores pool
+	// and stream.
+	LargestFreeBlockBytes int64 `json:"largest_free_block_bytes"`
+	LargestFreeAnyBytes   int64 `json:"largest_free_any_bytes"`
+	// DeviceTotalBytes is the device size used for the verdict; DeviceTotalSource is "option"
+	// or "estimate".
+	DeviceTotalBytes  int64     `json:"device_total_bytes"`
+	DeviceTotalSource string    `json:"device_total_source"`
+	LiveSites         []OOMSite `json:"live_sites"`
+	// Dominant is the category holding the most live memory (for capacity OOMs).
+	Dominant      string   `json:"dominant"`
+	DominantBytes int64    `json:"dominant_bytes"`
+	Verdict       string   `json:"verdict"`
+	Explanation   string   `json:"explanation"`
+	Fixes         []string `json:"fixes"`
+}
+
+// OOMResult lists every oom event of a file.
+type OOMResult struct {
+	Path  string     `json:"path"`
+	OOMs  []OOMEvent `json:"ooms"`
+	Notes []string   `json:"notes"`
+}
+
+var commonGPUGiB = []int64{1, 2, 3, 4, 6, 8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 144, 180, 192, 256, 288}
+
+// estimateDeviceTotal is the smallest common GPU memory size holding n bytes.
+func estimateDeviceTotal(n int64) int64 {
+	for _, g := range commonGPUGiB {
+		if g*gib >= n {
+			return g * gib
+		}
+	}
+	return n
+}
+
+// freeState is what the cache held at one moment: per request kind, the largest free block.
+type freeState struct {
+	allocated, reserved, active int64
+	largestSame, largestAny     int64
+	sites                       []OOMSite
+}
+
+func isStateEvent(a snapshot.Action) bool {
+	switch a {
+	case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted,
+		snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree, snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
+		return true
+	}
+	return false
+}
+
+// finalFreeState reads the state from the file's segments of device dev.
+func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool, stream uint64, limit int) freeState {
+	var fs freeState
+	m := map[string]*OOMSite{}
+	for si := range snap.Segments {
+		s := &snap.Segments[si]
+		if s.Device != dev {
+			continue
+		}
+		fs.reserved += s.TotalSize
+		segSmall := s.SegmentType == "small"
+		for _, b := range s.Blocks {
+			switch b.State {
+			case snapshot.StateActiveAllocated:
+				fs.allocated += b.Size
+				fs.active += b.Size
+				at := a.Attribute(snap, b.Stack)
+				addSite(m, at, b.Size)
+			case snapshot.StateActivePendingFree:
+				fs.active += b.Size
+			case snapshot.StateInactive:
+				fs.largestAny = max(fs.largestAny, b.Size)
+				if segSmall == small && s.Stream == stream {
+					fs.largestSame = max(fs.largestSame, b.Size)
+				}
+			}
+		}
+	}
+	fs.sites = sortOOMSites(m, limit)
+	return fs
+}
+
+func addSite(m map[string]*OOMSite, at Attribution, size int64) {
+	k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
+	s := m[k]
+	if s == nil {
+		s = &OOMSite{Site: at.Site.Site, File: at.File, Line: at.Line, Function: at.Function, Category: at.Category}
+		m[k] = s
+	}
+	s.Bytes += size
+	s.Blocks++
+}
+
+func sortOOMSites(m map[string]*OOMSite, limit int) []OOMSite {
+	out := make([]OOMSite, 0, len(m))
+	for _, s := range m {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(x, y OOMSite) int {
+		if x.Bytes != y.Bytes {
+			if x.Bytes > y.Bytes {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.Site, y.Site)
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// replayFreeState reads the state from a replay stopped at the OOM: free blocks are the parts
+// of known segments not covered by live blocks.
+func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit int) freeState {
+	fs := freeState{allocated: e.allocated, reserved: e.reserved, active: e.active}
+	m := map[string]*OOMSite{}
+	type span struct{ addr, end uint64 }
+	spans := make([]span, 0, len(e.live))
+	for addr, b := range e.live {
+		spans = append(spans, span{addr, addr + uint64(b.size)})
+		if !b.pending {
+			var at Attribution
+			if b.allocIdx < 0 && b.stack == snapshot.NoStack {
+				at = Attribution{Site: Site{Site: "<allocated before the trace>", Kind: SiteKindNone}, Category: CategoryOther}
+			} else {
+				at = a.Attribute(e.snap, b.stack)
+			}
+			addSite(m, at, b.size)
+		}
+	}
+	slices.SortFunc(spans, func(x, y span) int {
+		if x.addr < y.addr {
+			return -1
+		}
+		if x.addr > y.addr {
+			return 1
+		}
+		return 0
+	})
+	for addr, s := range e.segs {
+		end := addr + uint64(s.size)
+		cur := addr
+		i, _ := slices.BinarySearchFunc(spans, addr, func(x span, t uint64) int {
+			if x.addr < t {
+				return -1
+			}
+			if x.addr > t {
+				return 1
+			}
+			return 0
+		})
+		var largest int64
+		for ; i < len(spans) && spans[i].addr < end; i++ {
+			if gap := int64(spans[i].addr - cur); spans[i].addr > cur && gap > largest {
+				largest = gap
+			}
+			cur = max(cur, spans[i].end)
+		}
+		if end > cur {
+			largest = max(largest, int64(end-cur))
+		}
+		fs.largestAny = max(fs.largestAny, largest)
+		if (s.size == 2*mib) == small && s.stream == stream {
+			fs.largestSame = max(fs.largestSame, largest)
+		}
+	}
+	fs.sites = sortOOMSites(m, limit)
+	return fs
+}
+
+// OOMReport explains every oom event in the file's traces.
+func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*OOMResult, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("oom: no snapshot")
+	}
+	if opt.Limit <= 0 {
+		opt.Limit = 10
+	}
+	a, err := NewAttributor(opt.Attribution)
+	if err != nil {
+		return nil, fmt.Errorf("oom: %w", err)
+	}
+	r := &OOMResult{Path: snap.Path, OOMs: []OOMEvent{}, Notes: []string{}}
+	anyTrace := false
+	for dev, evs := range snap.DeviceTraces {
+		if len(evs) > 0 {
+			anyTrace = true
+		}
+		lastState := -1
+		var ooms []int
+		for i, ev := range evs {
+			if isStateEvent(ev.Action) {
+				lastState = i
+			}
+			if ev.Action == snapshot.ActionOOM {
+				ooms = append(ooms, i)
+			}
+		}
+		if len(ooms) == 0 {
+			continue
+		}
+		var e *engine
+		for _, idx := range ooms {
+			ev := evs[idx]
+			o := OOMEvent{Device: dev, EventIndex: idx, TimeUS: ev.TimeUS, RequestedBytes: ev.Size, DeviceFreeBytes: ev.DeviceFree,
+				Stream: fmt.Sprintf("0x%x", ev.Stream), LiveSites: []OOMSite{}, Fixes: []string{}, StateSource: "replay"}
+			at := a.Attribute(snap, ev.Stack)
+			o.File, o.Line, o.Function, o.Site, o.Stack = at.File, at.Line, at.Function, at.Site.Site, emptyIfNil(at.Stack)
+			small := ev.Size <= mib
+			var fs freeState
+			if idx > lastState {
+				// Nothing changed after the OOM: the file's segments are the state at the OOM (exact
+				// block sizes and pools).
+				fs = finalFreeState(snap, a, dev, small, ev.Stream, opt.Limit)
+			} else {
+				if e == nil || e.next > idx {
+					e = newEngine(snap, dev)
+				}
+				if err := e.run(ctx, idx); err != nil {
+					return nil, fmt.Errorf("oom: %w", err)
+				}
+				fs = replayFreeState(e, a, small, ev.Stream, opt.Limit)
+			}
+			o.AllocatedBytes, o.ReservedBytes, o.InactiveBytes = fs.allocated, fs.reserved, fs.reserved-fs.active
+			o.LargestFreeBlockBytes, o.LargestFreeAnyBytes = fs.largestSame, fs.largestAny
+			o.LiveSites = emptyIfNil(fs.sites)
+			judge(&o, opt, fs, a, snap)
+			r.OOMs = append(r.OOMs, o)
+		}
+	}
+	if !anyTrace || !snap.Caps.HasTrace {
+		r.Notes = append(r.Notes, "the file has no trace: OOM events are only recorded in the trace, so no OOM can be explained; the final state is what `memsnap fragmentation` and `top-stacks` show")
+	} else if len(r.OOMs) == 0 {
+		r.Notes = append(r.Notes, "no oom event in the trace")
+		if snap.Caps.RingBufferFull || snap.Caps.TraceIncomplete {
+			r.Notes = append(r.Notes, "the trace does not reach back to the start: an earlier OOM may have fallen off the ring buffer")
+		}
+	}
+	if len(r.OOMs) > 0 && !snap.Caps.FramesOnAllocs {
+		r.Notes = append(r.Notes, "alloc events carry no stacks: live sites before the OOM come from block stacks where known")
+	}
+	return r, nil
+}
+
+// judge sets the verdict, explanation and fixes.
+func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snapshot.Snapshot) {
+	total, src := opt.DeviceTotalBytes, "option"
+	if total <= 0 {
+		total, src = estimateDeviceTotal(o.ReservedBytes+o.DeviceFreeBytes), "estimate"
+	}
+	o.DeviceTotalBytes, o.DeviceTotalSource = total, src
+	// Dominant category among live memory.
+	byCat := map[string]int64{}
+	for _, s := range fs.sites {
+		byCat[s.Category] += s.Bytes
+	}
+	for _, c := range []string{CategoryActivation, CategoryParameter, CategoryOptimizerState, CategoryGradient, CategoryBackwardTemporary, CategoryCommunication, CategoryUserContainer, CategoryOther} {
+		if byCat[c] > o.DominantBytes {
+			o.Dominant, o.DominantBytes = c, byCat[c]
+		}
+	}
+	req := FormatBytes(o.RequestedBytes)
+	outsideBytes := total - o.ReservedBytes - o.DeviceFreeBytes
+	switch {
+	case o.DeviceFreeBytes < o.RequestedBytes && (o.ReservedBytes+o.DeviceFreeBytes)*2 < total:
+		o.Verdict = VerdictOutsidePyTorch
+		o.Explanation = fmt.Sprintf("the device had only %s free for a %s request although PyTorch reserved just %s of a %s device: about %s is held outside PyTorch's allocator",
+			FormatBytes(o.DeviceFreeBytes), req, FormatBytes(o.ReservedBytes), FormatBytes(total), FormatBytes(outsideBytes))
+		o.Fixes = []string{"check other processes on the GPU (nvidia-smi) and stop them or give each its own GPU",
+			"NCCL and communication buffers, cuDNN/cuBLAS workspaces and the CUDA context use memory PyTorch does not count: reduce NCCL buffers (NCCL_BUFFSIZE) or the number of communicators",
+			"limit other frameworks in the same process (TensorFlow/JAX preallocate: XLA_PYTHON_CLIENT_PREALLOCATE=false)"}
+	case o.InactiveBytes >= o.RequestedBytes && o.LargestFreeBlockBytes < o.RequestedBytes:
+		o.Verdict = VerdictFragmentation
+		o.Explanation = fmt.Sprintf("%s was cached free, more than the %s request, but the largest free block of its pool and stream was %s: the free memory is split between live blocks and segments never merge",
+			FormatBytes(o.InactiveBytes), req, FormatBytes(o.LargestFreeBlockBytes))
+		o.Fixes = []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free memory in a pool stays contiguous",
+			"or set max_split_size_mb (e.g. PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128) so large cached blocks are not split for small requests",
+			"allocate long-lived tensors (caches, buffers) up front instead of interleaving them with per-step temporaries"}
+	default:
+		o.Verdict = VerdictCapacity
+		o.Explanation = fmt.Sprintf("live tensors hold %s of %s reserved and only %s was free on the device: the %s request does not fit",
+			FormatBytes(o.AllocatedBytes), FormatBytes(o.ReservedBytes), FormatBytes(o.DeviceFreeBytes), req)
+		if o.Dominant != "" {
+			o.Explanation += fmt.Sprintf("; %s dominate (%s, %.0f%% of live memory)", strings.ReplaceAll(o.Dominant, "_", " "), FormatBytes(o.DominantBytes), pct(o.DominantBytes, o.AllocatedBytes))
+		}
+		o.Fixes = capacityFixes(o.Dominant)
+	}
+	if src == "estimate" {
+		o.Explanation += fmt.Sprintf(" (the file does not record the device size; assumed %s, the smallest common GPU size holding reserved + free: pass the real size if it differs)", FormatBytes(total))
+	}
+}
+
+func capacityFixes(dominant string) []string {
+	switch dominant {
+	case CategoryActivation, CategoryBackwardTemporary:
+		return []string{"activation checkpointing (torch.utils.checkpoint) on the repeated blocks",
+			"a smaller batch or sequence length (with gradient accumulation to keep the effective batch)",
+			"bf16/fp16 autocast and fused attention (scaled_dot_product_attention) to shrink activations"}
+	case CategoryParameter, CategoryGradient:
+		return []string{"shard parameters and gradients (FSDP / ZeRO-3) across GPUs",
+			"bf16 weights, or a smaller model; LoRA instead of full fine-tuning",
+			"CPU offload of parameters"}
+	case CategoryOptimizerState:
+		return []string{"a lower-memory optimizer (8-bit Adam, Adafactor, SGD with momentum)",
+			"shard optimizer state (ZeRO-1/2, FSDP)", "a smaller model"}
+	}
+	return []string{"reduce the batch size", "look at the largest live sites below and free or shrink them",
+		"shard the model (FSDP / ZeRO) or use a GPU with more memory"}
+}
+
+// Text renders every OOM with its verdict and fixes.
+func (r *OOMResult) Text() string {
+	var b strings.Builder
+	if len(r.OOMs) == 0 {
+		b.WriteString("no OOM events\n")
+	}
+	for _, o := range r.OOMs {
+		fmt.Fprintf(&b, "OOM on device %d (event %d): %s requested at %s", o.Device, o.EventIndex, FormatBytes(o.RequestedBytes), o.Site)
+		if o.Function != "" && o.File != "" {
+			fmt.Fprintf(&b, " in %s", o.Function)
+		}
+		fmt.Fprintf(&b, ", device free %s\n", FormatBytes(o.DeviceFreeBytes))
+		for _, f := range o.Stack {
+			fmt.Fprintf(&b, "    %s\n", f)
+		}
+		fmt.Fprintf(&b, "  just before (%s): allocated %s, reserved %s, cached free %s, largest free block for this request %s (any pool %s)\n",
+			o.StateSource, FormatBytes(o.AllocatedBytes), FormatBytes(o.ReservedBytes), FormatBytes(o.InactiveBytes), FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes))
+		for _, s := range o.LiveSites {
+			fmt.Fprintf(&b, "    %9s %5d blocks  %s [%s]\n", FormatBytes(s.Bytes), s.Blocks, s.Site, s.Category)
+		}
+		fmt.Fprintf(&b, "  verdict: %s: %s\n", o.Verdict, o.Explanation)
+		for _, f := range o.Fixes {
+			fmt.Fprintf(&b, "  fix: %s\n", f)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	return b.String()
+}
