@@ -424,3 +424,24 @@ func TestBadInput(t *testing.T) {
 		t.Error("record_stream unknown succeeded")
 	}
 }
+
+func TestLateRecordingAndCompileContext(t *testing.T) {
+	s := New(Config{CompileContext: "N/A"})
+	s.SetRecording(false)
+	early := mustAlloc(t, s, 4*MiB, 0)
+	s.SetRecording(true)
+	mustAlloc(t, s, 4*MiB, 0)
+	mustFree(t, s, early)
+	sn := snap(t, s)
+	evs := sn.DeviceTraces[0]
+	// Only the second alloc and the free are recorded (the segment_alloc happened before).
+	if len(evs) != 3 || evs[0].Action != snapshot.ActionAlloc || !sn.Caps.TraceIncomplete || sn.Caps.RingBufferFull {
+		t.Fatalf("events %+v caps %+v", evs, sn.Caps)
+	}
+	if sn.Segments[0].Stack != snapshot.EmptyStack {
+		t.Errorf("segment created while not recording has stack %d", sn.Segments[0].Stack)
+	}
+	if evs[0].Extra != 1 || sn.EventExtras[1].CompileContext != "N/A" {
+		t.Errorf("extra %d extras %+v", evs[0].Extra, sn.EventExtras)
+	}
+}
