@@ -61,7 +61,7 @@ func TestDeterministicAndCommitted(t *testing.T) {
 	c := readAll(t, committed)
 	for name, data := range a {
 		if !bytes.Equal(data, c[name]) {
-			t.Errorf("%s/%s is stale or missing: run go run ./analysis/sim/genfixtures", DefaultDir, name)
+			t.Errorf("%s/%s is stale or missing (the sim or the pickle writer changed): run go run ./analysis/sim/genfixtures and commit testdata/scenarios", DefaultDir, name)
 		}
 	}
 	for name := range c {
