@@ -99,7 +99,6 @@ type eventList struct {
 }
 
 const (
-	maxMemoIndex  = 1 << 28 // beyond this BINPUT/LONG_BINPUT indexes go to a map
 	maxDepth      = 256
 	progressEvery = 16 << 20
 )
@@ -107,6 +106,7 @@ const (
 type decoder struct {
 	r            *bufio.Reader
 	off          int64 // offset of the next unread byte
+	opAt         int64 // offset of the opcode being executed
 	stack        []val
 	marks        []int
 	memo         []val
@@ -168,7 +168,7 @@ func (d *decoder) read(n int) ([]byte, error) {
 // readLong reads n bytes that do not fit the buffer, growing the destination only as data
 // arrives, so a declared length larger than the input costs no more than the input.
 func (d *decoder) readLong(n int) ([]byte, error) {
-	start := d.off
+	start := d.opAt
 	buf := d.scratch[:0]
 	for len(buf) < n {
 		chunk := min(n-len(buf), 1<<20)
@@ -176,7 +176,7 @@ func (d *decoder) readLong(n int) ([]byte, error) {
 		got, err := io.ReadFull(d.r, buf[len(buf)-chunk:])
 		d.off += int64(got)
 		if err != nil {
-			return nil, d.fail(start, "truncated: declared length %d, input ends after %d bytes", n, d.off-start)
+			return nil, d.fail(start, "truncated: declared length %d, input ends after %d bytes", n, int64(len(buf)-chunk+got))
 		}
 	}
 	if cap(buf) <= 4<<20 {
@@ -238,7 +238,9 @@ func (d *decoder) newObj(k kind, items []val) val {
 }
 
 func (d *decoder) memoize(idx uint64, v val) {
-	if idx < maxMemoIndex {
+	// Dense slots grow the slice only near its end: a far index (a hostile LONG_BINPUT) goes
+	// to the map, so the memo never costs more than the input.
+	if idx < uint64(len(d.memo))+4096 {
 		for uint64(len(d.memo)) <= idx {
 			d.memo = append(d.memo, val{k: kMark}) // kMark = unset slot
 		}
@@ -267,6 +269,7 @@ func (d *decoder) length(b []byte) int { return int(binary.LittleEndian.Uint32(b
 func (d *decoder) run() (val, error) {
 	for {
 		at := d.off
+		d.opAt = at
 		if at >= d.nextProgress {
 			d.nextProgress += progressEvery
 			if err := d.ctx.Err(); err != nil {

@@ -1,0 +1,151 @@
+package load
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// p4 wraps opcodes in a protocol-4 header and a STOP.
+func p4(body ...string) []byte {
+	return []byte("\x80\x04" + strings.Join(body, "") + ".")
+}
+
+func u32(n uint32) string {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], n)
+	return string(b[:])
+}
+
+func u64(n uint64) string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], n)
+	return string(b[:])
+}
+
+func sstr(s string) string { return "\x8c" + string(rune(len(s))) + s }
+
+func gz(b []byte) []byte {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	w.Write(b)
+	w.Close()
+	return buf.Bytes()
+}
+
+func nested(depth int) []byte {
+	return p4(strings.Repeat("]", depth), strings.Repeat("a", depth-1))
+}
+
+// minimal is a valid snapshot: {"segments": []}.
+var minimal = p4("}", sstr("segments"), "]", "s")
+
+// TestBadInput: every malformed input gives a one-line error naming the file, what is wrong
+// and, for pickles, the byte offset — never a panic.
+func TestBadInput(t *testing.T) {
+	cases := []struct {
+		name string
+		data []byte
+		want string // substring of the error, after "FILE: "
+	}{
+		{"empty", nil, "empty file"},
+		{"text", []byte("hello, world\n"), "not a snapshot: neither a pickle nor JSON (first byte 0x68) (at byte 0)"},
+		{"truncated", minimal[:len(minimal)-3], "corrupt pickle: truncated"},
+		{"no stop", minimal[:len(minimal)-1], "corrupt pickle: truncated: no STOP opcode (at byte 15)"},
+		{"bad opcode", p4("\xff"), "corrupt pickle: unsupported or invalid opcode 0xff (at byte 2)"},
+		{"protocol 6", []byte("\x80\x06N."), "unsupported pickle protocol 6 (at byte 0)"},
+		{"an int", p4("K\x07"), "not a memory snapshot: the file holds a int, not a dict with 'segments'"},
+		{"state_dict keys", p4("}(", sstr("layer.weight"), "K\x01", sstr("layer.bias"), "K\x02", "u"), "not a memory snapshot: no 'segments' key (keys: layer.bias, layer.weight)"},
+		{"segments not a list", p4("}", sstr("segments"), "K\x05", "s"), "segments is a int, not a list"},
+		{"block size a string", p4("}", sstr("segments"), "](}(", sstr("device"), "K\x00", sstr("address"), "K\x00", sstr("total_size"), "K\x00",
+			sstr("blocks"), "](}(", sstr("size"), sstr("big"), sstr("state"), sstr("inactive"), "ue", "ues"), "segments[0]: blocks[0]: size is a str, not an integer"},
+		{"huge BINUNICODE8", []byte("\x80\x04\x8d" + u64(1<<62) + "x."), "corrupt pickle: string length 4611686018427387904 is larger than any snapshot (at byte 2)"},
+		{"huge BINUNICODE", []byte("\x80\x04X" + u32(0x7ffffff0) + "abc"), "corrupt pickle: truncated: declared length 2147483632, input ends after 3 bytes (at byte 2)"},
+		{"huge FRAME", []byte("\x80\x04\x95" + u64(1<<62) + "N."), "not a memory snapshot: the file holds a None"},
+		{"stack underflow", p4("a"), "corrupt pickle: stack underflow in APPEND (at byte 2)"},
+		{"unset memo", p4("h\x05"), "corrupt pickle: memo slot 5 read before it was set (at byte 2)"},
+		{"global", []byte("\x80\x02cos\nsystem\nq\x00."), "corrupt pickle: refusing global os.system: a snapshot holds only plain data (at byte 2)"},
+		{"stack global", p4(sstr("builtins"), sstr("eval"), "\x93"), "refusing global builtins.eval"},
+		{"reduce", []byte("\x80\x02NN)R."), "refusing to call it"},
+		{"odd setitems", p4("}(", sstr("a"), "u"), "SETITEMS with an odd number of items"},
+		{"two values at stop", p4("NN"), "STOP with 2 values on the stack (want 1)"},
+		{"deep nesting", nested(100000), "values nested more than 256 deep"},
+		{"gzip of garbage", gz([]byte("garbage")), "not a snapshot: neither a pickle nor JSON"},
+		{"corrupt gzip", []byte("\x1f\x8b\x08\x00garbage"), "corrupt gzip"},
+		{"truncated gzip", gz(minimal)[:20], "corrupt pickle"},
+		{"json not a snapshot", []byte(`{"model": 1}`), "not a memory snapshot: no 'segments' key (keys: model)"},
+		{"truncated json", []byte(`{"segments": [`), "truncated JSON"},
+		{"json wrong type", []byte(`{"segments": [{"device": "zero"}]}`), "segments[0]: device is a str, not an integer"},
+	}
+	dir := t.TempDir()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
+			if err := os.WriteFile(path, c.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := File(context.Background(), path, Options{})
+			if err == nil {
+				t.Fatalf("loaded without error")
+			}
+			var le *Error
+			if !errors.As(err, &le) || le.File != path {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, path+": ") || !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") {
+				t.Fatalf("error %q, want one line containing %q", msg, c.want)
+			}
+		})
+	}
+}
+
+// TestHugeLengthMemoryBounded: a declared 2 GiB string in a tiny file costs about the file's
+// size, not the declared length.
+func TestHugeLengthMemoryBounded(t *testing.T) {
+	data := []byte("\x80\x04X" + u32(0x7ffffff0) + strings.Repeat("a", 3<<20))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Reader(context.Background(), bytes.NewReader(data), "huge", int64(len(data)), Options{})
+	runtime.ReadMemStats(&after)
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Fatalf("allocated %d bytes for a %d-byte file", grew, len(data))
+	}
+}
+
+func TestMinimalForms(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		data []byte
+		list bool
+	}{
+		{"pickle", minimal, false},
+		{"gzip pickle", gz(minimal), false},
+		{"trailing NULs", append(append([]byte{}, minimal...), make([]byte, 100)...), false},
+		{"segment list", p4("]"), true},
+		{"protocol 2 type tag", []byte("\x80\x02ctorch.jit._pickle\nrestore_type_tag\nq\x00}q\x01(X\x08\x00\x00\x00segmentsq\x02]q\x03uX\x04\x00\x00\x00dictq\x04\x86q\x05R."), false},
+		{"json", []byte(" \n{\"segments\": [], \"device_traces\": [[]]}"), false},
+		{"gzip json", gz([]byte(`[]`)), true},
+	} {
+		s, err := Reader(ctx, bytes.NewReader(c.data), c.name, 0, Options{})
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if s.Format.TopLevelList != c.list || len(s.Segments) != 0 {
+			t.Errorf("%s: format %+v, %d segments", c.name, s.Format, len(s.Segments))
+		}
+	}
+}

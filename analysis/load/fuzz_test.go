@@ -1,0 +1,66 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// FuzzLoad feeds arbitrary bytes to the loader (pickle, JSON, gzip of either). It must never
+// panic, and whatever it accepts must be a well-formed model: every stack and frame id in range.
+// Seeds: the committed fixtures and small hand-made inputs.
+func FuzzLoad(f *testing.F) {
+	for _, seed := range [][]byte{minimal, gz(minimal), p4("]"), []byte(`{"segments": []}`), nested(300),
+		[]byte("\x80\x02ctorch.jit._pickle\nrestore_type_tag\nq\x00}q\x01(X\x08\x00\x00\x00segmentsq\x02]q\x03uX\x04\x00\x00\x00dictq\x04\x86q\x05R.")} {
+		f.Add(seed)
+	}
+	fixtures, _ := filepath.Glob("../../testdata/*/*")
+	for _, path := range fixtures {
+		if data, err := os.ReadFile(path); err == nil && len(data) < 256<<10 {
+			f.Add(data)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Reader(context.Background(), bytes.NewReader(data), "fuzz", int64(len(data)), Options{})
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		checkModel(t, s)
+	})
+}
+
+func checkModel(t *testing.T, s *snapshot.Snapshot) {
+	t.Helper()
+	okStack := func(id snapshot.StackID) bool { return id >= snapshot.NoStack && int(id) < len(s.Stacks) }
+	for _, st := range s.Stacks {
+		for _, fid := range st {
+			if fid < 0 || int(fid) >= len(s.Frames) {
+				t.Fatalf("frame id %d out of range", fid)
+			}
+		}
+	}
+	for _, seg := range s.Segments {
+		if !okStack(seg.Stack) {
+			t.Fatalf("segment stack %d out of range", seg.Stack)
+		}
+		for _, b := range seg.Blocks {
+			if !okStack(b.Stack) || b.State == snapshot.StateUnknown {
+				t.Fatalf("bad block %+v", b)
+			}
+		}
+	}
+	for _, evs := range s.DeviceTraces {
+		for _, e := range evs {
+			if !okStack(e.Stack) || int(e.Extra) >= len(s.EventExtras) {
+				t.Fatalf("bad event %+v", e)
+			}
+		}
+	}
+}
