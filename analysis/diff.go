@@ -168,12 +168,22 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 		}
 	}
 	if len(acts) >= 2 {
-		// The per-step tensor that keeps the graph alive: the growing site with the smallest blocks.
-		grow := append(append([]DiffSite{}, acts...), others...)
-		loss := grow[0]
-		for _, d := range grow[1:] {
-			if d.DeltaBytes/int64(d.DeltaBlocks) < loss.DeltaBytes/int64(loss.DeltaBlocks) {
+		// The per-step tensor that keeps the graph alive: a growing site outside the forward pass
+		// (the loss is computed after the model returns) with the most new blocks; without one,
+		// the forward site with the smallest blocks.
+		loss := DiffSite{}
+		for _, d := range others {
+			if loss.Site == "" || d.DeltaBlocks > loss.DeltaBlocks ||
+				(d.DeltaBlocks == loss.DeltaBlocks && d.DeltaBytes < loss.DeltaBytes) {
 				loss = d
+			}
+		}
+		if loss.Site == "" {
+			loss = acts[0]
+			for _, d := range acts[1:] {
+				if d.DeltaBytes/int64(d.DeltaBlocks) < loss.DeltaBytes/int64(loss.DeltaBlocks) {
+					loss = d
+				}
 			}
 		}
 		var total int64
@@ -185,7 +195,7 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 			}
 		}
 		ev := fmt.Sprintf("%d forward (activation) sites grew together by %s: %s", len(acts), formatDelta(total), strings.Join(parts, "; "))
-		ev += fmt.Sprintf("; alongside %s (%s) growing by +%d blocks of %s each, a per-step loss/output tensor that keeps each step's graph and its saved activations alive",
+		ev += fmt.Sprintf("; alongside %s (%s) growing by +%d blocks (about %s each), the per-step loss/output tensor that keeps each step's graph and its saved activations alive",
 			loss.Site, loss.Function, loss.DeltaBlocks, FormatBytes(loss.DeltaBytes/int64(loss.DeltaBlocks)))
 		out = append(out, DiffPattern{Name: PatternRetainedGraph, Site: loss.Site, Evidence: ev,
 			Fix: fmt.Sprintf("at %s store loss.detach() or loss.item() instead of the tensor (e.g. losses.append(loss.item())), and remove any stray retain_graph=True", loss.Site)})

@@ -172,23 +172,18 @@ func sortOOMSites(m map[string]*OOMSite, limit int) []OOMSite {
 }
 
 // replayFreeState reads the state from a replay stopped at the OOM: free blocks are the parts
-// of known segments not covered by live blocks.
+// of known segments not covered by live blocks. When the trace records requested sizes, each
+// live block's real size is rebuilt from the layout: rounded up to 512 B, plus the rest up to
+// the next block when that rest is too small to split off (<= 1 MiB in the large pool).
 func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit int) freeState {
-	fs := freeState{allocated: e.allocated, reserved: e.reserved, active: e.active}
-	m := map[string]*OOMSite{}
-	type span struct{ addr, end uint64 }
+	var fs freeState
+	type span struct {
+		addr, end uint64
+		b         *liveBlk
+	}
 	spans := make([]span, 0, len(e.live))
 	for addr, b := range e.live {
-		spans = append(spans, span{addr, addr + uint64(b.size)})
-		if !b.pending {
-			var at Attribution
-			if b.allocIdx < 0 && b.stack == snapshot.NoStack {
-				at = Attribution{Site: Site{Site: "<allocated before the trace>", Kind: SiteKindNone}, Category: CategoryOther}
-			} else {
-				at = a.Attribute(e.snap, b.stack)
-			}
-			addSite(m, at, b.size)
-		}
+		spans = append(spans, span{addr, addr + uint64(b.size), b})
 	}
 	slices.SortFunc(spans, func(x, y span) int {
 		if x.addr < y.addr {
@@ -199,7 +194,17 @@ func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit 
 		}
 		return 0
 	})
-	for addr, s := range e.segs {
+	segAddrs := make([]uint64, 0, len(e.segs))
+	for addr := range e.segs {
+		segAddrs = append(segAddrs, addr)
+		fs.reserved += e.segs[addr].size
+	}
+	slices.Sort(segAddrs)
+	if e.reserved != fs.reserved {
+		fs.reserved = e.reserved // expandable or unknown segments: trust the running total
+	}
+	for _, addr := range segAddrs {
+		s := e.segs[addr]
 		end := addr + uint64(s.size)
 		cur := addr
 		i, _ := slices.BinarySearchFunc(spans, addr, func(x span, t uint64) int {
@@ -213,10 +218,22 @@ func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit 
 		})
 		var largest int64
 		for ; i < len(spans) && spans[i].addr < end; i++ {
-			if gap := int64(spans[i].addr - cur); spans[i].addr > cur && gap > largest {
-				largest = gap
+			sp := &spans[i]
+			if e.requested {
+				next := end
+				if i+1 < len(spans) && spans[i+1].addr < end {
+					next = spans[i+1].addr
+				}
+				real := sp.addr + uint64((sp.b.size+511)/512*512)
+				if s.size != 2*mib && next > real && next-real <= uint64(mib) {
+					real = next
+				}
+				sp.end = min(max(real, sp.end), next)
 			}
-			cur = max(cur, spans[i].end)
+			if sp.addr > cur {
+				largest = max(largest, int64(sp.addr-cur))
+			}
+			cur = max(cur, sp.end)
 		}
 		if end > cur {
 			largest = max(largest, int64(end-cur))
@@ -225,6 +242,22 @@ func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit 
 		if (s.size == 2*mib) == small && s.stream == stream {
 			fs.largestSame = max(fs.largestSame, largest)
 		}
+	}
+	m := map[string]*OOMSite{}
+	for _, sp := range spans {
+		size := int64(sp.end - sp.addr)
+		fs.active += size
+		if sp.b.pending {
+			continue
+		}
+		fs.allocated += size
+		var at Attribution
+		if sp.b.allocIdx < 0 && sp.b.stack == snapshot.NoStack {
+			at = Attribution{Site: Site{Site: "<allocated before the trace>", Kind: SiteKindNone}, Category: CategoryOther}
+		} else {
+			at = a.Attribute(e.snap, sp.b.stack)
+		}
+		addSite(m, at, size)
 	}
 	fs.sites = sortOOMSites(m, limit)
 	return fs
@@ -274,6 +307,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 				// Nothing changed after the OOM: the file's segments are the state at the OOM (exact
 				// block sizes and pools).
 				fs = finalFreeState(snap, a, dev, small, ev.Stream, opt.Limit)
+				o.StateSource = "final_state"
 			} else {
 				if e == nil || e.next > idx {
 					e = newEngine(snap, dev)

@@ -185,6 +185,22 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 			}
 		}
 	}
+	// Newer PyTorch records requested sizes in the trace: a block alive at the end whose last
+	// alloc event has its requested_size, not its size, says so.
+	if !e.requested {
+		lastAlloc := map[uint64]int64{}
+		for _, ev := range e.evs {
+			if ev.Action == snapshot.ActionAlloc {
+				lastAlloc[ev.Addr] = ev.Size
+			}
+		}
+		for addr, f := range finalBlocks {
+			if sz, ok := lastAlloc[addr]; ok && sz != f.b.Size && sz == f.b.RequestedSize {
+				e.requested = true
+				break
+			}
+		}
+	}
 	// First block event per address, and whether an address is ever allocated in the trace.
 	first := map[uint64]int{}
 	firstSeg := map[uint64]snapshot.Action{}
