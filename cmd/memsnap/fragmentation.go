@@ -1,0 +1,48 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/memsnap/memsnap/analysis"
+)
+
+func init() { register(newFragmentationCmd) }
+
+func newFragmentationCmd() *cobra.Command {
+	var (
+		lo     loadOptions
+		opt    analysis.FragOptions
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "fragmentation PATH",
+		Short: "How the cached memory is split: per pool, stream and segment type, what empty_cache() would return, advice",
+		Long: `fragmentation reports, per device, pool, stream and segment type: reserved, allocated and
+free (inactive) bytes, the largest free block, segments that are mostly free, internal waste
+(size - requested), what torch.cuda.empty_cache() would give back (fully free segments) and what
+it cannot (free memory stranded next to live blocks), with advice (expandable_segments,
+max_split_size_mb).`,
+		Example: `  memsnap fragmentation snapshot.pickle
+  memsnap fragmentation snapshot.pickle --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			snap, err := loadSnapshot(c.Context(), args[0], lo)
+			if err != nil {
+				return err
+			}
+			if !c.Flags().Changed("device") {
+				opt.Device = analysis.AllDevices
+			}
+			r, err := analysis.Fragmentation(snap, opt)
+			if err != nil {
+				return err
+			}
+			return emit(c, asJSON, r)
+		},
+	}
+	lo.addFlags(c)
+	c.Flags().IntVar(&opt.Device, "device", 0, "only this CUDA device (default: all)")
+	c.Flags().IntVarP(&opt.Limit, "n", "n", 50, "show at most N groups")
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
+	return c
+}
