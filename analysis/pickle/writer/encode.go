@@ -122,7 +122,8 @@ type encoder struct {
 	// ListPerTraceback: which block/segment shares its list with which event.
 	blockShare map[[2]int]recordKey // (segment, block) -> event
 	segShare   map[int]recordKey
-	eventShare map[recordKey]bool
+	eventOwner [][]int32          // per device: the event whose traceback each event uses
+	shared     map[recordKey]bool // tracebacks used by more than one record
 	ticks      int
 }
 
@@ -218,29 +219,61 @@ func (e *encoder) validate() error {
 	return nil
 }
 
-// computeShares finds, per device, the alloc event whose traceback a live block still holds
-// (the last alloc at its address not followed by free_completed) and the segment_alloc event of
-// each segment.
+// computeShares decides which records share one captured traceback (and so one frames list),
+// following the caching allocator: free_requested reuses the block's allocation context when it
+// has the same stack (context "alloc"), an alloc reuses the context of the segment_alloc it
+// caused (the event just before it, same stack), free_completed reuses the free_requested context, a live
+// block keeps the context of the alloc that created it (the last alloc at its address not
+// followed by free_completed), and a segment that of its segment_alloc event.
 func (e *encoder) computeShares() {
 	e.blockShare = map[[2]int]recordKey{}
 	e.segShare = map[int]recordKey{}
-	e.eventShare = map[recordKey]bool{}
+	e.eventOwner = make([][]int32, len(e.snap.DeviceTraces))
+	e.shared = map[recordKey]bool{}
 	type live struct{ blocks, segs map[uint64]int }
 	per := make([]live, len(e.snap.DeviceTraces))
 	for d, evs := range e.snap.DeviceTraces {
+		owner := make([]int32, len(evs))
+		join := func(i, j int) { // event i uses event j's traceback
+			owner[i] = owner[j]
+			e.shared[recordKey{d, int(owner[j])}] = true
+		}
 		l := live{blocks: map[uint64]int{}, segs: map[uint64]int{}}
+		pending := map[uint64]int{}
 		for i, ev := range evs {
+			owner[i] = int32(i)
+			// An empty stack equals every other empty stack, so only the free_requested ->
+			// free_completed pair (one context) may share an empty list.
+			captured := ev.Stack > 0
 			switch ev.Action {
 			case snapshot.ActionAlloc:
 				l.blocks[ev.Addr] = i
+				delete(pending, ev.Addr)
+				// the segment_alloc (or segment_map) this allocation caused carries its context
+				if i > 0 && captured && evs[i-1].Stack == ev.Stack &&
+					(evs[i-1].Action == snapshot.ActionSegmentAlloc || evs[i-1].Action == snapshot.ActionSegmentMap) {
+					join(i, i-1)
+				}
+			case snapshot.ActionFreeRequested:
+				if a, ok := l.blocks[ev.Addr]; ok && captured && evs[a].Stack == ev.Stack {
+					join(i, a)
+				}
+				pending[ev.Addr] = i
 			case snapshot.ActionFreeCompleted:
+				if r, ok := pending[ev.Addr]; ok && ev.Stack != snapshot.NoStack && evs[r].Stack == ev.Stack {
+					join(i, r)
+				} else if a, ok := l.blocks[ev.Addr]; ok && captured && evs[a].Stack == ev.Stack {
+					join(i, a)
+				}
 				delete(l.blocks, ev.Addr)
+				delete(pending, ev.Addr)
 			case snapshot.ActionSegmentAlloc:
 				l.segs[ev.Addr] = i
 			case snapshot.ActionSegmentFree:
 				delete(l.segs, ev.Addr)
 			}
 		}
+		e.eventOwner[d] = owner
 		per[d] = l
 	}
 	for si, seg := range e.snap.Segments {
@@ -249,19 +282,20 @@ func (e *encoder) computeShares() {
 		}
 		l := per[seg.Device]
 		evs := e.snap.DeviceTraces[seg.Device]
+		owner := e.eventOwner[seg.Device]
 		if i, ok := l.segs[seg.Address]; ok && seg.Stack > 0 && evs[i].Stack == seg.Stack {
-			k := recordKey{seg.Device, i}
+			k := recordKey{seg.Device, int(owner[i])}
 			e.segShare[si] = k
-			e.eventShare[k] = true
+			e.shared[k] = true
 		}
 		for bi, b := range seg.Blocks {
 			if b.State == snapshot.StateInactive || b.Stack <= 0 {
 				continue
 			}
 			if i, ok := l.blocks[b.Address]; ok && evs[i].Stack == b.Stack {
-				k := recordKey{seg.Device, i}
+				k := recordKey{seg.Device, int(owner[i])}
 				e.blockShare[[2]int{si, bi}] = k
-				e.eventShare[k] = true
+				e.shared[k] = true
 			}
 		}
 	}
@@ -557,7 +591,7 @@ func (e *encoder) event(d, i int) {
 		var h any = e.listHandle(ev.Stack)
 		if e.opt.ListPerTraceback {
 			h = nil
-			if k := (recordKey{d, i}); e.eventShare[k] {
+			if k := (recordKey{d, int(e.eventOwner[d][i])}); e.shared[k] {
 				h = k
 			}
 		}

@@ -376,8 +376,10 @@ func TestEncodeSharesThroughMemo(t *testing.T) {
 			}{
 				{"block/alloc", same(blockFrames, allocFrames), true},
 				{"segment/segment_alloc", same(segFrames, segAllocFrames), true},
-				{"alloc/segment_alloc", same(allocFrames, segAllocFrames), !perTraceback},
-				{"alloc2/free_requested", same(alloc2Frames, freeReqFrames), !perTraceback},
+				// the alloc caused the segment_alloc just before it: one context
+				{"alloc/segment_alloc", same(allocFrames, segAllocFrames), true},
+				// a free with the block's own stack reuses its allocation context (context "alloc")
+				{"alloc2/free_requested", same(alloc2Frames, freeReqFrames), true},
 				// the pending-free block's alloc event is on another device's trace: own list
 				{"pending block/alloc2", same(pendingFrames, alloc2Frames), !perTraceback},
 				// frame dicts are shared in both modes: '??' malloc frame heads s1 and s2
