@@ -46,6 +46,27 @@ type DelayedFrees struct {
 	Sites          []SiteBytes `json:"sites"`
 }
 
+// GCFrees summarises frees made by the cyclic garbage collector.
+type GCFrees struct {
+	Count  int         `json:"count"`
+	Bytes  int64       `json:"bytes"`
+	Bursts int         `json:"bursts"` // runs of consecutive GC frees
+	Sites  []SiteBytes `json:"sites"`  // allocation sites of the freed blocks
+	Advice string      `json:"advice"`
+}
+
+// isGCStack reports whether a free's stack runs inside the cyclic garbage collector.
+func isGCStack(frames []snapshot.Frame) bool {
+	for _, f := range frames {
+		n := f.Name
+		if strings.Contains(n, "gc_collect") || strings.Contains(n, "collect_generation") ||
+			(n == "collect" && strings.HasSuffix(normPath(f.Filename), "gc")) {
+			return true
+		}
+	}
+	return false
+}
+
 // RepeatingSite is a site that allocates across the trace and whose blocks are never freed.
 type RepeatingSite struct {
 	Site        string `json:"site"`
@@ -99,6 +120,9 @@ type ReplayResult struct {
 	Iterations            int             `json:"iterations"`
 	RepeatingSites        []RepeatingSite `json:"repeating_sites"`
 	OOMEvents             int             `json:"oom_events"`
+	// GCFrees: blocks freed by Python's cyclic garbage collector (free stacks pass through
+	// gc_collect): tensors kept alive by reference cycles until a GC pass.
+	GCFrees GCFrees `json:"gc_frees"`
 	// SizesAreRequested: the trace records requested bytes (newer PyTorch), so allocated memory over
 	// time counts requested bytes; the final state counts rounded block sizes.
 	SizesAreRequested bool     `json:"sizes_are_requested"`
@@ -479,6 +503,7 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{},
 		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none"}
 	r.DelayedFrees = DelayedFrees{Streams: []string{}, Sites: []SiteBytes{}}
+	r.GCFrees = GCFrees{Sites: []SiteBytes{}}
 	if dev >= 0 && dev < len(snap.DroppedEvents) {
 		r.DroppedEvents = snap.DroppedEvents[dev]
 	}
@@ -513,6 +538,35 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		if s == nil {
 			s = &dsite{stack: b.stack}
 			dSites[b.stack] = s
+		}
+		s.bytes += b.size
+		s.blocks++
+	}
+	// Frees made by the garbage collector (needs frames on frees).
+	gcSites := map[snapshot.StackID]*dsite{}
+	gcStack := map[snapshot.StackID]bool{}
+	lastGC := -2
+	e.onFree = func(i int, b *liveBlk) {
+		st := e.evs[i].Stack
+		isGC, ok := gcStack[st]
+		if !ok {
+			isGC = isGCStack(snap.StackFrames(st))
+			gcStack[st] = isGC
+		}
+		if !isGC {
+			return
+		}
+		g := &r.GCFrees
+		g.Count++
+		g.Bytes += b.size
+		if lastGC < i-2 {
+			g.Bursts++
+		}
+		lastGC = i
+		s := gcSites[b.stack]
+		if s == nil {
+			s = &dsite{stack: b.stack}
+			gcSites[b.stack] = s
 		}
 		s.bytes += b.size
 		s.blocks++
@@ -580,6 +634,16 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	r.DelayedFrees.Sites = mergeSiteBytes(r.DelayedFrees.Sites, limit)
 
+	r.GCFrees.Sites = []SiteBytes{}
+	for _, g := range gcSites {
+		at := a.Attribute(snap, g.stack)
+		r.GCFrees.Sites = append(r.GCFrees.Sites, SiteBytes{Site: at.Site.Site, File: at.File, Line: at.Line,
+			Function: at.Function, Category: at.Category, Bytes: g.bytes, Blocks: g.blocks})
+	}
+	r.GCFrees.Sites = mergeSiteBytes(r.GCFrees.Sites, limit)
+	if r.GCFrees.Count > 0 {
+		r.GCFrees.Advice = "these tensors lived until a garbage-collector pass because reference cycles held them: find the cycles with torch.utils.viz._cycles.warn_tensor_cycles() and break them (e.g. do not store tensors on objects that reference themselves, use weakref)"
+	}
 	// Live sites at the peak: replay again up to the peak event.
 	pe := newEngine(snap, dev)
 	if err := pe.run(ctx, r.PeakAllocatedEvent+1); err != nil {
@@ -616,6 +680,9 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	if r.SizesAreRequested {
 		*notes = append(*notes, "the trace records requested sizes: allocated over time counts requested bytes, slightly below the rounded block sizes PyTorch's allocated_bytes counts")
+	}
+	if r.HasTrace && !snap.Caps.FramesOnFrees {
+		*notes = append(*notes, "free events carry no stacks: frees by the garbage collector (reference cycles) cannot be recognised")
 	}
 	if r.HasTrace && r.FirstTimeUS == 0 {
 		*notes = append(*notes, "the trace has no timestamps (time_us): positions are event indices")
@@ -776,6 +843,9 @@ func (r *ReplayResult) Text() string {
 		for _, s := range d.Sites {
 			fmt.Fprintf(&b, "    %9s %4d blocks  %s\n", FormatBytes(s.Bytes), s.Blocks, s.Site)
 		}
+	}
+	if g := r.GCFrees; g.Count > 0 {
+		fmt.Fprintf(&b, "  %d blocks (%s) freed by the garbage collector in %d bursts: %s\n", g.Count, FormatBytes(g.Bytes), g.Bursts, g.Advice)
 	}
 	for _, s := range r.RepeatingSites {
 		fmt.Fprintf(&b, "  %s allocates without freeing: %d blocks (%s) alive at the end", s.Site, s.Survivors, FormatBytes(s.Bytes))

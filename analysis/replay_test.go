@@ -106,3 +106,36 @@ func TestReplayDelayedFree(t *testing.T) {
 		t.Errorf("replay = %+v", r)
 	}
 }
+
+func TestReplayGCFrees(t *testing.T) {
+	tb := newTB()
+	st := tb.stack("/w/model.py", 12, "forward", "/w/train.py", 40, "main")
+	gc := tb.stack("??", 0, "gc_collect_main", "??", 0, "subtype_dealloc", "/w/train.py", 44, "main")
+	plain := tb.stack("/w/train.py", 45, "main")
+	tb.seg(0, 0x1000000, 0, blk(20*mib, snapshot.StateInactive, snapshot.EmptyStack))
+	tb.ev(0, segAlloc(0x1000000, 20*mib))
+	tb.ev(0, alloc(0x1000000, 2*mib, st))
+	tb.ev(0, alloc(0x1200000, 2*mib, st))
+	tb.ev(0, alloc(0x1400000, 2*mib, st))
+	for i, a := range []uint64{0x1000000, 0x1200000} {
+		e := freeReq(a, 2*mib)
+		e.Stack = gc
+		tb.ev(0, e)
+		tb.ev(0, freeDone(a, 2*mib))
+		_ = i
+	}
+	e := freeReq(0x1400000, 2*mib)
+	e.Stack = plain
+	tb.ev(0, e)
+	tb.ev(0, freeDone(0x1400000, 2*mib))
+	s := tb.done()
+	s.Caps.FramesOnFrees = true
+	r, err := Replay(context.Background(), s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := r.GCFrees
+	if g.Count != 2 || g.Bytes != 4*mib || g.Bursts != 1 || len(g.Sites) != 1 || g.Sites[0].Site != "model.py:12" || g.Sites[0].Blocks != 2 {
+		t.Errorf("gc frees = %+v", g)
+	}
+}
