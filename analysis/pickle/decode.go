@@ -9,10 +9,8 @@
 package pickle
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -100,12 +98,16 @@ type eventList struct {
 
 const (
 	maxDepth      = 256
+	bufSize       = 1 << 20
 	progressEvery = 16 << 20
 )
 
 type decoder struct {
-	r            *bufio.Reader
-	off          int64 // offset of the next unread byte
+	src          io.Reader
+	buf          []byte // buf[pos:end] is read but not yet decoded
+	pos, end     int
+	base         int64 // input offset of buf[0]
+	srcDone      bool  // src returned EOF or an error
 	opAt         int64 // offset of the opcode being executed
 	stack        []val
 	marks        []int
@@ -122,13 +124,13 @@ type decoder struct {
 	opt          Options
 	nextProgress int64
 	frameBuf     []snapshot.FrameID
-	scratch      []byte
 }
 
 // Decode decodes one pickle from r. Bytes after STOP are not read.
 func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
 	d := &decoder{
-		r:            bufio.NewReaderSize(r, 1<<20),
+		src:          r,
+		buf:          make([]byte, bufSize),
 		in:           snapshot.NewInterner(),
 		extras:       []snapshot.EventExtra{{}},
 		extraID:      map[snapshot.EventExtra]uint32{{}: 0},
@@ -151,47 +153,71 @@ func (d *decoder) fail(off int64, format string, args ...any) error {
 	return &Error{Offset: off, Msg: fmt.Sprintf(format, args...)}
 }
 
+// offset is the input offset of the next unread byte.
+func (d *decoder) offset() int64 { return d.base + int64(d.pos) }
+
+// fill makes at least n (<= bufSize) bytes available unless the input ends first.
+func (d *decoder) fill(n int) bool {
+	if d.end-d.pos >= n {
+		return true
+	}
+	copy(d.buf, d.buf[d.pos:d.end])
+	d.base += int64(d.pos)
+	d.end -= d.pos
+	d.pos = 0
+	for d.end < n && !d.srcDone {
+		m, err := d.src.Read(d.buf[d.end:])
+		d.end += m
+		if err != nil {
+			d.srcDone = true
+		}
+	}
+	return d.end >= n
+}
+
 // read returns the next n bytes. The slice is valid until the next read.
 func (d *decoder) read(n int) ([]byte, error) {
-	b, err := d.r.Peek(n)
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return d.readLong(n)
-		}
-		return nil, d.fail(d.off, "truncated: needed %d more bytes", n)
+	if d.end-d.pos >= n {
+		b := d.buf[d.pos : d.pos+n]
+		d.pos += n
+		return b, nil
 	}
-	d.r.Discard(n)
-	d.off += int64(n)
+	if n > bufSize {
+		return d.readLong(n)
+	}
+	if !d.fill(n) {
+		if n > 64 {
+			return nil, d.fail(d.opAt, "truncated: declared length %d, input ends after %d bytes", n, d.end-d.pos)
+		}
+		return nil, d.fail(d.offset(), "truncated: needed %d more bytes", n)
+	}
+	b := d.buf[d.pos : d.pos+n]
+	d.pos += n
 	return b, nil
 }
 
 // readLong reads n bytes that do not fit the buffer, growing the destination only as data
 // arrives, so a declared length larger than the input costs no more than the input.
 func (d *decoder) readLong(n int) ([]byte, error) {
-	start := d.opAt
-	buf := d.scratch[:0]
-	for len(buf) < n {
-		chunk := min(n-len(buf), 1<<20)
-		buf = append(buf, make([]byte, chunk)...)
-		got, err := io.ReadFull(d.r, buf[len(buf)-chunk:])
-		d.off += int64(got)
-		if err != nil {
-			return nil, d.fail(start, "truncated: declared length %d, input ends after %d bytes", n, int64(len(buf)-chunk+got))
+	out := make([]byte, 0, bufSize)
+	for len(out) < n {
+		if d.pos == d.end && !d.fill(1) {
+			return nil, d.fail(d.opAt, "truncated: declared length %d, input ends after %d bytes", n, len(out))
 		}
+		take := min(n-len(out), d.end-d.pos)
+		out = append(out, d.buf[d.pos:d.pos+take]...)
+		d.pos += take
 	}
-	if cap(buf) <= 4<<20 {
-		d.scratch = buf
-	}
-	return buf, nil
+	return out, nil
 }
 
 func (d *decoder) byte1() (byte, error) {
-	c, err := d.r.ReadByte()
-	if err != nil {
-		return 0, d.fail(d.off, "truncated: no STOP opcode")
+	if d.pos < d.end || d.fill(1) {
+		c := d.buf[d.pos]
+		d.pos++
+		return c, nil
 	}
-	d.off++
-	return c, nil
+	return 0, d.fail(d.offset(), "truncated: no STOP opcode")
 }
 
 func (d *decoder) push(v val) { d.stack = append(d.stack, v) }
@@ -268,7 +294,7 @@ func (d *decoder) length(b []byte) int { return int(binary.LittleEndian.Uint32(b
 // run executes opcodes until STOP and returns the value left on the stack.
 func (d *decoder) run() (val, error) {
 	for {
-		at := d.off
+		at := d.offset()
 		d.opAt = at
 		if at >= d.nextProgress {
 			d.nextProgress += progressEvery

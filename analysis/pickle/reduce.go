@@ -306,7 +306,7 @@ func (k kind) String() string {
 // toTree converts the final value to the plain tree the loader reads.
 func (d *decoder) toTree(v val, depth int) (any, error) {
 	if depth > maxDepth {
-		return nil, d.fail(d.off, "values nested more than %d deep", maxDepth)
+		return nil, d.fail(d.offset(), "values nested more than %d deep", maxDepth)
 	}
 	switch v.k {
 	case kNone:
@@ -368,7 +368,7 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 			case kInt:
 				key = strconv.FormatInt(int64(k.x), 10)
 			default:
-				return nil, d.fail(d.off, "dict key is a %s; a snapshot has string keys", k.k)
+				return nil, d.fail(d.offset(), "dict key is a %s; a snapshot has string keys", k.k)
 			}
 			t, err := d.toTree(o.items[i+1], depth+1)
 			if err != nil {
@@ -378,7 +378,7 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 		}
 		return out, nil
 	case kGlobal:
-		return nil, d.fail(d.off, "a restore_type_tag global left uncalled in the data")
+		return nil, d.fail(d.offset(), "a restore_type_tag global left uncalled in the data")
 	}
-	return nil, d.fail(d.off, "invalid value")
+	return nil, d.fail(d.offset(), "invalid value")
 }
