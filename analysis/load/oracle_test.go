@@ -308,3 +308,27 @@ func TestRealFileDetails(t *testing.T) {
 		t.Errorf("multistream: %d segment streams, %d event streams, %d traces", len(segStreams), len(evStreams), len(ms.DeviceTraces))
 	}
 }
+
+// TestFixturesMatchOracle: on every committed pickle fixture (every protocol, the TorchScript
+// writer's type tags, gzip, trailing bytes) the fast path's model equals the gopickle oracle's.
+func TestFixturesMatchOracle(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/*/*.pickle*")
+	more, _ := filepath.Glob("../../testdata/*/*/*.pickle*")
+	files = append(files, more...)
+	if len(files) < 10 {
+		t.Fatalf("only %d pickle fixtures found under testdata", len(files))
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			fast, err := File(context.Background(), path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertSameModel(t, path, fast, oracle(t, data))
+		})
+	}
+}

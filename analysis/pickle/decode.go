@@ -84,11 +84,18 @@ type val struct {
 // object is a list, tuple or dict under construction. Dict items alternate key, value.
 // Once a frame dict, frames list or event dict is reduced, items is released and red holds
 // the reduction; every later reference (memo or a value still on the stack) resolves to it.
+//
+// Most reduced objects are recycled instead: an object that was never read back from the memo
+// (nor DUPed, nor put in a tuple) can have no reference left but its one memo slot, which is
+// rewritten to the reduction. Only the containers still under construction stay allocated,
+// so memory follows the snapshot's size, not the number of dicts in the file.
 type object struct {
-	items   []val
-	ev      *eventList // a list of reduced trace events
-	red     uint64     // the reduction's payload (see redKind)
-	redKind kind       // kNone until reduced; then kStack, kFrame or kEvent
+	items    []val
+	ev       *eventList // a list of reduced trace events
+	red      uint64     // the reduction's payload (see redKind)
+	redKind  kind       // kNone until reduced; then kStack, kFrame or kEvent
+	shared   bool       // more references may exist than the one memo slot
+	memoSlot int32      // the memo slot holding this object, -1 if none
 }
 
 type eventList struct {
@@ -114,6 +121,7 @@ type decoder struct {
 	memo         []val
 	memoHi       map[uint64]val
 	objs         []object
+	free         []uint32 // recycled object indexes
 	in           *snapshot.Interner
 	extras       []snapshot.EventExtra
 	extraID      map[snapshot.EventExtra]uint32
@@ -259,11 +267,35 @@ func (d *decoder) popMark(at int64, op string) ([]val, error) {
 }
 
 func (d *decoder) newObj(k kind, items []val) val {
-	d.objs = append(d.objs, object{items: items})
+	if n := len(d.free); n > 0 {
+		i := d.free[n-1]
+		d.free = d.free[:n-1]
+		o := &d.objs[i]
+		if items == nil {
+			items = o.items[:0]
+		}
+		*o = object{items: items, memoSlot: -1}
+		return val{k: k, x: uint64(i)}
+	}
+	d.objs = append(d.objs, object{items: items, memoSlot: -1})
 	return val{k: k, x: uint64(len(d.objs) - 1)}
 }
 
+// share marks a container as possibly referenced from more than one place.
+func (d *decoder) share(v val) {
+	if v.k == kList || v.k == kDict || v.k == kTuple {
+		d.objs[v.x].shared = true
+	}
+}
+
 func (d *decoder) memoize(idx uint64, v val) {
+	if v.k == kList || v.k == kDict || v.k == kTuple {
+		if o := &d.objs[v.x]; o.memoSlot == -1 && idx < uint64(len(d.memo))+4096 {
+			o.memoSlot = int32(idx)
+		} else {
+			o.shared = true
+		}
+	}
 	// Dense slots grow the slice only near its end: a far index (a hostile LONG_BINPUT) goes
 	// to the map, so the memo never costs more than the input.
 	if idx < uint64(len(d.memo))+4096 {
@@ -281,10 +313,14 @@ func (d *decoder) memoize(idx uint64, v val) {
 
 func (d *decoder) memoGet(at int64, idx uint64) (val, error) {
 	if idx < uint64(len(d.memo)) && d.memo[idx].k != kMark {
-		return d.resolved(d.memo[idx]), nil
+		v := d.resolved(d.memo[idx])
+		d.share(v)
+		return v, nil
 	}
 	if v, ok := d.memoHi[idx]; ok {
-		return d.resolved(v), nil
+		v = d.resolved(v)
+		d.share(v)
+		return v, nil
 	}
 	return val{}, d.fail(at, "memo slot %d read before it was set", idx)
 }
@@ -492,11 +528,17 @@ func (d *decoder) run() (val, error) {
 			}
 			items := append([]val(nil), d.stack[len(d.stack)-n:]...)
 			d.stack = d.stack[:len(d.stack)-n]
+			for _, it := range items {
+				d.share(it)
+			}
 			d.push(d.newObj(kTuple, items))
 		case 't': // TUPLE
 			items, err := d.popMark(at, "TUPLE")
 			if err != nil {
 				return val{}, err
+			}
+			for _, it := range items {
+				d.share(it)
 			}
 			d.push(d.newObj(kTuple, append([]val(nil), items...)))
 		case 'l': // LIST
@@ -616,7 +658,9 @@ func (d *decoder) run() (val, error) {
 			if args.k != kTuple || len(d.objs[args.x].items) == 0 {
 				return val{}, d.fail(at, "restore_type_tag needs a tuple argument")
 			}
-			d.push(d.objs[args.x].items[0])
+			obj := d.objs[args.x].items[0]
+			d.share(obj)
+			d.push(obj)
 		case '0': // POP
 			if _, err := d.pop(at, "POP"); err != nil {
 				return val{}, err
@@ -630,6 +674,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
+			d.share(*t)
 			d.push(*t)
 		case '.': // STOP
 			if len(d.marks) != 0 || len(d.stack) != 1 {

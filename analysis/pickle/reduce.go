@@ -18,9 +18,18 @@ func (d *decoder) resolved(v val) val {
 	return v
 }
 
-// reduceTo records that container v now stands for r and releases its items.
+// reduceTo records that container v now stands for r. An unshared object is recycled after
+// its memo slot is rewritten; a shared one keeps the reduction for its other references.
 func (d *decoder) reduceTo(v, r val) {
 	o := &d.objs[v.x]
+	if !o.shared {
+		if slot := o.memoSlot; slot >= 0 && int(slot) < len(d.memo) && d.memo[slot].k == v.k && d.memo[slot].x == v.x {
+			d.memo[slot] = r
+		}
+		o.items, o.ev = o.items[:0], nil
+		d.free = append(d.free, uint32(v.x))
+		return
+	}
 	o.red, o.redKind = r.x, r.k
 	o.items = nil
 }
