@@ -1,0 +1,406 @@
+// Package raw reads one section of a loaded snapshot — allocator settings, annotations,
+// segments, one segment's blocks, one device's trace events, one stack — paged by offset and
+// limit and capped in size, with every referenced stack rendered once by id, so an agent can
+// check raw evidence without flooding its context.
+package raw
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// Options page and cap a section read.
+type Options struct {
+	Offset int // first item, relative to the section's own range
+	Limit  int // items at most; 0 means 50
+	// MaxBytes caps the JSON size of the items and stacks returned (0 means 12,000); at least
+	// one item is always returned.
+	MaxBytes int
+	// MaxFrames caps the frames rendered per stack in item sections (0 means 12); read
+	// stacks[ID] for all of a stack's frames.
+	MaxFrames int
+}
+
+// Section kinds.
+const (
+	KindSettings     = "allocator_settings"
+	KindAnnotations  = "external_annotations"
+	KindSegments     = "segments"
+	KindSegment      = "segment"
+	KindBlocks       = "blocks"
+	KindDeviceTrace  = "device_trace"
+	KindStack        = "stack"
+	KindFormat       = "format"
+	KindCapabilities = "capabilities"
+)
+
+// Segment is one segment's header.
+type Segment struct {
+	Index         int    `json:"index" jsonschema:"description=Position in the file's segment list: use segments[index] to read its blocks"`
+	Device        int    `json:"device" jsonschema:"description=CUDA device"`
+	Address       string `json:"address" jsonschema:"description=Start address (hex)"`
+	TotalSize     int64  `json:"total_size" jsonschema:"description=Segment size in bytes (reserved)"`
+	AllocatedSize int64  `json:"allocated_size" jsonschema:"description=Bytes of active_allocated blocks as the file records them"`
+	ActiveSize    int64  `json:"active_size" jsonschema:"description=Bytes of active blocks (allocated or pending free)"`
+	RequestedSize int64  `json:"requested_size" jsonschema:"description=Bytes the live tensors requested"`
+	Stream        uint64 `json:"stream" jsonschema:"description=Raw cudaStream_t (0 = default stream)"`
+	SegmentType   string `json:"segment_type" jsonschema:"description=small or large"`
+	Pool          string `json:"pool" jsonschema:"description=Pool id a\\,b (0\\,0 = default pool)"`
+	Expandable    bool   `json:"expandable" jsonschema:"description=Expandable virtual range"`
+	StackID       int    `json:"stack_id" jsonschema:"description=Stack of the segment's cudaMalloc (see stacks; -1 = none recorded)"`
+	Blocks        int    `json:"blocks" jsonschema:"description=Number of blocks in the segment"`
+}
+
+// Block is one block of a segment.
+type Block struct {
+	Segment       int    `json:"segment" jsonschema:"description=Index of the segment holding the block"`
+	Index         int    `json:"index" jsonschema:"description=Position of the block in its segment"`
+	Address       string `json:"address" jsonschema:"description=Block address (hex)"`
+	Size          int64  `json:"size" jsonschema:"description=Block size in bytes (rounded)"`
+	RequestedSize int64  `json:"requested_size" jsonschema:"description=Bytes the tensor requested"`
+	State         string `json:"state" jsonschema:"description=active_allocated\\, active_pending_free\\, inactive or unknown"`
+	StackID       int    `json:"stack_id" jsonschema:"description=Stack of the block's allocation (see stacks; -1 = none recorded)"`
+}
+
+// Event is one trace event.
+type Event struct {
+	Index          int    `json:"index" jsonschema:"description=Position in device_traces[device]"`
+	Action         string `json:"action" jsonschema:"description=alloc\\, free_requested\\, free_completed\\, segment_alloc\\, segment_free\\, segment_map\\, segment_unmap\\, snapshot\\, oom\\, annotate or the raw action"`
+	Address        string `json:"address" jsonschema:"description=Address (hex; 0x0 for oom events)"`
+	Size           int64  `json:"size" jsonschema:"description=Bytes"`
+	Stream         uint64 `json:"stream" jsonschema:"description=Raw cudaStream_t"`
+	TimeUS         int64  `json:"time_us" jsonschema:"description=Epoch microseconds (0 when the file has no times)"`
+	StackID        int    `json:"stack_id" jsonschema:"description=Stack of the event (see stacks; -1 = none recorded)"`
+	DeviceFree     int64  `json:"device_free,omitempty" jsonschema:"description=Free device memory reported with an oom event"`
+	CompileContext string `json:"compile_context,omitempty" jsonschema:"description=torch.compile context of the event"`
+	UserMetadata   string `json:"user_metadata,omitempty" jsonschema:"description=User metadata attached to the event"`
+}
+
+// Stack is one stack rendered once, innermost frame first.
+type Stack struct {
+	ID            int      `json:"id" jsonschema:"description=Stack id as used by stack_id fields"`
+	Frames        []string `json:"frames" jsonschema:"description=Frames as file:line function\\, innermost first"`
+	FramesTotal   int      `json:"frames_total" jsonschema:"description=Frames in the whole stack"`
+	FramesOmitted int      `json:"frames_omitted" jsonschema:"description=Frames left out here; read section stacks[id] for all"`
+}
+
+// Result is one section read.
+type Result struct {
+	Path       string `json:"path" jsonschema:"description=The snapshot file"`
+	Section    string `json:"section" jsonschema:"description=The section read\\, normalised"`
+	Kind       string `json:"kind" jsonschema:"description=What the section holds,enum=allocator_settings,enum=external_annotations,enum=segments,enum=segment,enum=blocks,enum=device_trace,enum=stack,enum=format,enum=capabilities"`
+	Total      int    `json:"total" jsonschema:"description=Items in the section's list (segments\\, blocks\\, events\\, annotations or frames)"`
+	Offset     int    `json:"offset" jsonschema:"description=Index of the first item returned"`
+	Returned   int    `json:"returned" jsonschema:"description=Items returned"`
+	More       bool   `json:"more" jsonschema:"description=More items follow: call again with offset=next_offset"`
+	NextOffset int    `json:"next_offset" jsonschema:"description=Offset to pass for the next page"`
+
+	Settings     *snapshot.AllocatorSettings `json:"allocator_settings,omitempty" jsonschema:"description=allocator_settings (kind allocator_settings)"`
+	Format       *snapshot.Format            `json:"format,omitempty" jsonschema:"description=How the file is encoded (kind format)"`
+	Capabilities *snapshot.Capabilities      `json:"capabilities,omitempty" jsonschema:"description=What the file can answer (kind capabilities)"`
+	Segment      *Segment                    `json:"segment,omitempty" jsonschema:"description=The segment read (kinds segment and blocks)"`
+	Segments     []Segment                   `json:"segments,omitempty" jsonschema:"description=Segment headers (kind segments)"`
+	Blocks       []Block                     `json:"blocks,omitempty" jsonschema:"description=Blocks (kinds segment and blocks)"`
+	Events       []Event                     `json:"events,omitempty" jsonschema:"description=Trace events (kind device_trace)"`
+	Annotations  []snapshot.Annotation       `json:"annotations,omitempty" jsonschema:"description=external_annotations entries"`
+	Stacks       []Stack                     `json:"stacks" jsonschema:"description=Every stack referenced by the items above\\, once each"`
+	Notes        []string                    `json:"notes" jsonschema:"description=What was capped or is missing"`
+}
+
+// Sections lists the section forms Read accepts, for error messages and docs.
+const Sections = "allocator_settings, external_annotations, format, capabilities, segments, segments[N], segments[N].blocks, segments[N].blocks[A:B], device_traces[D], device_traces[D][A:B], stacks[ID]"
+
+var (
+	reIndexed = regexp.MustCompile(`^(segments|device_traces|stacks)\[(\d+)\](.*)$`)
+	reSlice   = regexp.MustCompile(`^\[(\d*)(:?)(\d*)\]$`)
+)
+
+// Error is a bad section request; its message says what is accepted.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+func errorf(format string, args ...any) error { return &Error{fmt.Sprintf(format, args...)} }
+
+// span is a [lo, hi) range from a slice suffix.
+type span struct{ lo, hi int }
+
+func parseSlice(s string, n int) (span, error) {
+	if s == "" {
+		return span{0, n}, nil
+	}
+	m := reSlice.FindStringSubmatch(s)
+	if m == nil {
+		return span{}, errorf("cannot read %q as [A:B], [A:] or [K]", s)
+	}
+	lo := 0
+	if m[1] != "" {
+		lo, _ = strconv.Atoi(m[1])
+	}
+	hi := n
+	if m[2] == "" { // [K]
+		if m[1] == "" {
+			return span{}, errorf("empty index []")
+		}
+		hi = lo + 1
+	} else if m[3] != "" {
+		hi, _ = strconv.Atoi(m[3])
+	}
+	if lo > n {
+		return span{}, errorf("index %d is past the end (%d items)", lo, n)
+	}
+	if hi > n {
+		hi = n
+	}
+	if hi < lo {
+		return span{}, errorf("range [%d:%d] is empty", lo, hi)
+	}
+	return span{lo, hi}, nil
+}
+
+// Read reads one section of snap.
+func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error) {
+	if snap == nil {
+		return nil, errorf("no snapshot")
+	}
+	if opt.Offset < 0 {
+		return nil, errorf("offset must be 0 or more, not %d", opt.Offset)
+	}
+	if opt.Limit <= 0 {
+		opt.Limit = 50
+	}
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 12000
+	}
+	if opt.MaxFrames <= 0 {
+		opt.MaxFrames = 12
+	}
+	sec := strings.ReplaceAll(strings.TrimSpace(section), " ", "")
+	r := &Result{Path: snap.Path, Section: sec, Offset: opt.Offset, Stacks: []Stack{}, Notes: []string{}}
+	pg := &pager{snap: snap, opt: opt, r: r, seen: map[snapshot.StackID]bool{}}
+	switch sec {
+	case "allocator_settings":
+		r.Kind = KindSettings
+		st := snap.Settings
+		r.Settings = &st
+		if !st.Present {
+			r.Notes = append(r.Notes, "the file has no allocator_settings (PyTorch before 2.5 did not write them)")
+		}
+		return r, nil
+	case "format":
+		r.Kind = KindFormat
+		f := snap.Format
+		r.Format = &f
+		return r, nil
+	case "capabilities":
+		r.Kind = KindCapabilities
+		c := snap.Caps
+		r.Capabilities = &c
+		return r, nil
+	case "external_annotations":
+		r.Kind = KindAnnotations
+		r.Annotations = []snapshot.Annotation{}
+		pg.page(span{0, len(snap.Annotations)}, func(i int) (any, snapshot.StackID) {
+			a := snap.Annotations[i]
+			r.Annotations = append(r.Annotations, a)
+			return a, snapshot.NoStack
+		})
+		if len(snap.Annotations) == 0 {
+			r.Notes = append(r.Notes, "the file has no external_annotations")
+		}
+		return r, nil
+	case "segments":
+		r.Kind = KindSegments
+		r.Segments = []Segment{}
+		pg.page(span{0, len(snap.Segments)}, func(i int) (any, snapshot.StackID) {
+			s := segmentOf(snap, i)
+			r.Segments = append(r.Segments, s)
+			return s, snap.Segments[i].Stack
+		})
+		return r, nil
+	}
+	m := reIndexed.FindStringSubmatch(sec)
+	if m == nil {
+		return nil, errorf("unknown section %q; sections are %s", section, Sections)
+	}
+	idx, err := strconv.Atoi(m[2])
+	if err != nil {
+		return nil, errorf("bad index in %q", section)
+	}
+	rest := m[3]
+	switch m[1] {
+	case "segments":
+		if idx >= len(snap.Segments) {
+			return nil, errorf("segments[%d] does not exist: the file has %d segments (0 to %d); read section \"segments\" to list them", idx, len(snap.Segments), len(snap.Segments)-1)
+		}
+		seg := &snap.Segments[idx]
+		hdr := segmentOf(snap, idx)
+		r.Segment = &hdr
+		pg.addStack(seg.Stack)
+		var sp span
+		switch {
+		case rest == "" || rest == ".blocks":
+			r.Kind = KindSegment
+			if rest == ".blocks" {
+				r.Kind = KindBlocks
+			}
+			sp = span{0, len(seg.Blocks)}
+		case strings.HasPrefix(rest, ".blocks["):
+			r.Kind = KindBlocks
+			if sp, err = parseSlice(strings.TrimPrefix(rest, ".blocks"), len(seg.Blocks)); err != nil {
+				return nil, errorf("%s: %v (segments[%d] has %d blocks)", section, err, idx, len(seg.Blocks))
+			}
+		default:
+			return nil, errorf("cannot read %q: after segments[N] only .blocks or .blocks[A:B] may follow", section)
+		}
+		r.Blocks = []Block{}
+		var addr uint64 = seg.Address
+		addrs := make([]uint64, len(seg.Blocks))
+		for i, b := range seg.Blocks {
+			if b.Address != 0 {
+				addr = b.Address
+			}
+			addrs[i] = addr
+			addr += uint64(b.Size)
+		}
+		pg.page(sp, func(i int) (any, snapshot.StackID) {
+			b := seg.Blocks[i]
+			blk := Block{Segment: idx, Index: i, Address: hex(addrs[i]), Size: b.Size, RequestedSize: b.RequestedSize,
+				State: b.State.String(), StackID: int(b.Stack)}
+			r.Blocks = append(r.Blocks, blk)
+			return blk, b.Stack
+		})
+		return r, nil
+	case "device_traces":
+		if idx >= len(snap.DeviceTraces) {
+			return nil, errorf("device_traces[%d] does not exist: the file has traces for devices 0 to %d", idx, len(snap.DeviceTraces)-1)
+		}
+		evs := snap.DeviceTraces[idx]
+		r.Kind = KindDeviceTrace
+		sp, err := parseSlice(rest, len(evs))
+		if err != nil {
+			return nil, errorf("%s: %v (device_traces[%d] has %d events)", section, err, idx, len(evs))
+		}
+		r.Events = []Event{}
+		pg.page(sp, func(i int) (any, snapshot.StackID) {
+			e := evs[i]
+			ev := Event{Index: i, Action: e.Action.String(), Address: hex(e.Addr), Size: e.Size, Stream: e.Stream,
+				TimeUS: e.TimeUS, StackID: int(e.Stack), DeviceFree: e.DeviceFree}
+			if int(e.Extra) < len(snap.EventExtras) {
+				x := snap.EventExtras[e.Extra]
+				ev.CompileContext, ev.UserMetadata = x.CompileContext, x.UserMetadata
+				if e.Action == snapshot.ActionOther && x.ActionName != "" {
+					ev.Action = x.ActionName
+				}
+			}
+			r.Events = append(r.Events, ev)
+			return ev, e.Stack
+		})
+		if idx < len(snap.DroppedEvents) && snap.DroppedEvents[idx] > 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("%d older events were dropped at load (max trace events)", snap.DroppedEvents[idx]))
+		}
+		if len(evs) == 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("device %d has no trace events", idx))
+		}
+		return r, nil
+	default: // stacks
+		if rest != "" {
+			return nil, errorf("cannot read %q: stacks[ID] takes no suffix; use offset/limit to page its frames", section)
+		}
+		if idx >= len(snap.Stacks) {
+			return nil, errorf("stacks[%d] does not exist: stack ids run from 0 to %d", idx, len(snap.Stacks)-1)
+		}
+		r.Kind = KindStack
+		ids := snap.Stacks[idx]
+		r.Total = len(ids)
+		end := min(len(ids), opt.Offset+opt.Limit)
+		st := Stack{ID: idx, Frames: []string{}, FramesTotal: len(ids)}
+		for i := min(opt.Offset, len(ids)); i < end; i++ {
+			st.Frames = append(st.Frames, frameString(snap.Frames[ids[i]]))
+		}
+		r.Returned = len(st.Frames)
+		r.NextOffset = opt.Offset + r.Returned
+		r.More = r.NextOffset < len(ids)
+		st.FramesOmitted = len(ids) - r.Returned
+		r.Stacks = append(r.Stacks, st)
+		return r, nil
+	}
+}
+
+func hex(a uint64) string { return "0x" + strconv.FormatUint(a, 16) }
+
+func segmentOf(snap *snapshot.Snapshot, i int) Segment {
+	s := &snap.Segments[i]
+	return Segment{Index: i, Device: s.Device, Address: hex(s.Address), TotalSize: s.TotalSize, AllocatedSize: s.AllocatedSize,
+		ActiveSize: s.ActiveSize, RequestedSize: s.RequestedSize, Stream: s.Stream, SegmentType: s.SegmentType,
+		Pool: fmt.Sprintf("%d,%d", s.PoolID[0], s.PoolID[1]), Expandable: s.IsExpandable, StackID: int(s.Stack), Blocks: len(s.Blocks)}
+}
+
+func frameString(f snapshot.Frame) string {
+	if f.Line == snapshot.LineUnknown {
+		return fmt.Sprintf("%s:? %s", f.Filename, f.Name)
+	}
+	return fmt.Sprintf("%s:%d %s", f.Filename, f.Line, f.Name)
+}
+
+// pager adds items of a span from offset on, within the limit and the byte cap, and renders
+// each referenced stack once.
+type pager struct {
+	snap  *snapshot.Snapshot
+	opt   Options
+	r     *Result
+	seen  map[snapshot.StackID]bool
+	bytes int
+}
+
+func (p *pager) addStack(id snapshot.StackID) int {
+	if id < 0 || int(id) >= len(p.snap.Stacks) || p.seen[id] {
+		return 0
+	}
+	p.seen[id] = true
+	ids := p.snap.Stacks[id]
+	st := Stack{ID: int(id), Frames: []string{}, FramesTotal: len(ids)}
+	for i, f := range ids {
+		if i == p.opt.MaxFrames {
+			break
+		}
+		st.Frames = append(st.Frames, frameString(p.snap.Frames[f]))
+	}
+	st.FramesOmitted = len(ids) - len(st.Frames)
+	p.r.Stacks = append(p.r.Stacks, st)
+	return jsonSize(st)
+}
+
+func (p *pager) page(sp span, add func(i int) (any, snapshot.StackID)) {
+	r := p.r
+	r.Total = sp.hi - sp.lo
+	start := sp.lo + p.opt.Offset
+	if start > sp.hi {
+		start = sp.hi
+	}
+	i := start
+	for ; i < sp.hi && i-start < p.opt.Limit; i++ {
+		if i > start && p.bytes >= p.opt.MaxBytes {
+			r.Notes = append(r.Notes, fmt.Sprintf("stopped at %d bytes of JSON to stay small; continue with offset=%d", p.opt.MaxBytes, i-sp.lo))
+			break
+		}
+		item, stack := add(i)
+		p.bytes += jsonSize(item) + p.addStack(stack)
+	}
+	r.Returned = i - start
+	r.NextOffset = i - sp.lo
+	r.More = i < sp.hi
+}
+
+func jsonSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
+}

@@ -1,0 +1,41 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/memsnap/memsnap/analysis"
+)
+
+// DiffInput is the diff tool's input.
+type DiffInput struct {
+	Before string `json:"before" jsonschema:"description=The earlier snapshot of the run (e.g. step 5); absolute or relative to the server's first root"`
+	After  string `json:"after" jsonschema:"description=The later snapshot of the same run at the same point in the loop (e.g. step 50)"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"description=Sites to return\\, largest growth first (default 10),minimum=1,maximum=100,default=10"`
+}
+
+func diffTool(e *env) (server.ServerTool, error) {
+	return declare("diff",
+		"What grew between two snapshots of the same run: live (allocated) memory matched by site (file:line of the user's code, immune to address reuse), sorted by growth, with recognised patterns and their fixes: retained_autograd_graph, growing_container, optimizer_state_first_step (not a leak), no_growth. Take the snapshots k steps apart at the same point of the loop.",
+		func(ctx context.Context, in DiffInput) (*analysis.DiffResult, error) {
+			before, err := e.snapshotAt(ctx, in.Before, "before")
+			if err != nil {
+				return nil, err
+			}
+			after, err := e.snapshotAt(ctx, in.After, "after")
+			if err != nil {
+				return nil, err
+			}
+			limit := in.Limit
+			if limit <= 0 {
+				limit = 10
+			}
+			r, err := analysis.Diff(before, after, analysis.DiffOptions{Limit: limit, Device: analysis.AllDevices})
+			if err != nil {
+				return nil, fmt.Errorf("diff: %w", err)
+			}
+			return r, nil
+		}, e.maxText)
+}

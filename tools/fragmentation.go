@@ -1,0 +1,35 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/memsnap/memsnap/analysis"
+)
+
+// FragmentationInput is the fragmentation tool's input.
+type FragmentationInput struct {
+	Path   string `json:"path" jsonschema:"description=Snapshot file; absolute or relative to the server's first root"`
+	Device *int   `json:"device,omitempty" jsonschema:"description=Only this CUDA device (default: every device),minimum=0"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"description=Cache groups to return (default 20),minimum=1,maximum=200,default=20"`
+}
+
+func fragmentationTool(e *env) (server.ServerTool, error) {
+	return declare("fragmentation",
+		"How the cached memory is split, per device, pool, stream and segment type: free (inactive) bytes, the largest free block (the largest request served without cudaMalloc), releasable bytes (fully free segments, what empty_cache() returns) vs stranded bytes (free space in segments that still hold a live tensor), rounding waste, and advice (expandable_segments, max_split_size_mb).",
+		func(ctx context.Context, in FragmentationInput) (*analysis.FragmentationResult, error) {
+			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			if err != nil {
+				return nil, err
+			}
+			opt := analysis.FragOptions{Device: analysis.AllDevices, Limit: in.Limit}
+			if opt.Limit <= 0 {
+				opt.Limit = 20
+			}
+			if in.Device != nil {
+				opt.Device = *in.Device
+			}
+			return analysis.Fragmentation(snap, opt)
+		}, e.maxText)
+}

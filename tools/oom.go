@@ -1,0 +1,31 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/memsnap/memsnap/analysis"
+)
+
+// OOMInput is the oom-report tool's input.
+type OOMInput struct {
+	Path  string `json:"path" jsonschema:"description=Snapshot file that recorded the OOM (history on: the oom event is in device_traces); absolute or relative to the server's first root"`
+	Limit int    `json:"limit,omitempty" jsonschema:"description=Live sites listed per OOM\\, largest first (default 10),minimum=1,maximum=100,default=10"`
+}
+
+func oomTool(e *env) (server.ServerTool, error) {
+	return declare("oom-report",
+		"Why each CUDA out-of-memory in the trace happened: verdict capacity (live tensors fill the device), fragmentation (enough cached free memory but no block large enough) or outside_pytorch (another process or the CUDA context holds the device), the failing site and request size, memory at the OOM, the live sites by category, and concrete fixes. event_index points into device_traces for read-raw-section.",
+		func(ctx context.Context, in OOMInput) (*analysis.OOMResult, error) {
+			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			if err != nil {
+				return nil, err
+			}
+			limit := in.Limit
+			if limit <= 0 {
+				limit = 10
+			}
+			return analysis.OOMReport(ctx, snap, analysis.OOMOptions{Limit: limit})
+		}, e.maxText)
+}

@@ -1,0 +1,179 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// roots decides which files the server may read: the configured roots plus, per session, the
+// client's MCP roots when the client offers them.
+type roots struct {
+	static []string // absolute, symlinks resolved
+
+	mu      sync.Mutex
+	session map[string][]string // session id -> client roots (resolved)
+}
+
+func newRoots(dirs []string) (*roots, error) {
+	if len(dirs) == 0 {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("roots: working directory: %w", err)
+		}
+		dirs = []string{wd}
+	}
+	r := &roots{session: map[string][]string{}}
+	for _, d := range dirs {
+		abs, err := resolveDir(d)
+		if err != nil {
+			return nil, fmt.Errorf("root %s: %w", d, err)
+		}
+		r.static = append(r.static, abs)
+	}
+	return r, nil
+}
+
+func resolveDir(d string) (string, error) {
+	abs, err := filepath.Abs(d)
+	if err != nil {
+		return "", err
+	}
+	res, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(res)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return "", errors.New("not a directory")
+	}
+	return res, nil
+}
+
+// forget drops a session's client roots (on roots/list_changed or when the session ends).
+func (r *roots) forget(sessionID string) {
+	r.mu.Lock()
+	delete(r.session, sessionID)
+	r.mu.Unlock()
+}
+
+// clientRoots asks the client for its roots once per session (if it declared the capability).
+func (r *roots) clientRoots(ctx context.Context) []string {
+	sess := server.ClientSessionFromContext(ctx)
+	srv := server.ServerFromContext(ctx)
+	if sess == nil || srv == nil {
+		return nil
+	}
+	info, ok := sess.(server.SessionWithClientInfo)
+	if !ok || info.GetClientCapabilities().Roots == nil {
+		return nil
+	}
+	id := sess.SessionID()
+	r.mu.Lock()
+	got, ok := r.session[id]
+	r.mu.Unlock()
+	if ok {
+		return got
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := srv.RequestRoots(qctx, mcp.ListRootsRequest{})
+	dirs := []string{}
+	if err == nil && res != nil {
+		for _, root := range res.Roots {
+			if p, ok := fileURIPath(root.URI); ok {
+				if d, err := resolveDir(p); err == nil {
+					dirs = append(dirs, d)
+				}
+			}
+		}
+	}
+	if err == nil { // a failed request is retried on the next call
+		r.mu.Lock()
+		r.session[id] = dirs
+		r.mu.Unlock()
+	}
+	return dirs
+}
+
+func fileURIPath(uri string) (string, bool) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "file" {
+		return "", false
+	}
+	p := u.Path
+	if runtime.GOOS == "windows" {
+		p = strings.TrimPrefix(p, "/")
+	}
+	return filepath.FromSlash(p), p != ""
+}
+
+// all returns every root allowed for this call.
+func (r *roots) all(ctx context.Context) []string {
+	return append(append([]string{}, r.static...), r.clientRoots(ctx)...)
+}
+
+// within reports whether p (absolute, clean) lies inside dir.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// resolve turns the path an agent gave into an absolute path under an allowed root, or an
+// error message telling the agent what to do.
+func (r *roots) resolve(ctx context.Context, arg, field string) (string, error) {
+	if strings.TrimSpace(arg) == "" {
+		return "", userErrorf("%s is empty: give the path of a snapshot file (absolute, or relative to %s)", field, r.static[0])
+	}
+	allowed := r.all(ctx)
+	p := arg
+	if strings.HasPrefix(p, "file://") {
+		if fp, ok := fileURIPath(p); ok {
+			p = fp
+		}
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(r.static[0], p)
+	}
+	p = filepath.Clean(p)
+	outside := func() error {
+		return userErrorf("%s %q is outside the directories this server may read (%s). Give a path under one of them, or restart `memsnap serve` with --root DIR for the directory that holds the snapshot",
+			field, arg, strings.Join(allowed, ", "))
+	}
+	if !underAny(p, allowed) {
+		return "", outside()
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", userErrorf("%s %q: no such file. Check the path (relative paths are resolved against %s); list the directory to find the snapshot (.pickle, .pkl, .json, .gz)", field, arg, r.static[0])
+		}
+		return "", userErrorf("%s %q: %v", field, arg, err)
+	}
+	if !underAny(real, allowed) {
+		return "", outside()
+	}
+	return real, nil
+}
+
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if within(p, d) {
+			return true
+		}
+	}
+	return false
+}
