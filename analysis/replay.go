@@ -114,12 +114,22 @@ type ReplayResult struct {
 	PeakSites []SiteBytes `json:"peak_sites"`
 	// ActivationBytesAtPeak: bytes at the peak whose stacks are forward-pass allocations
 	// (what activation checkpointing could free).
-	ActivationBytesAtPeak int64           `json:"activation_bytes_at_peak"`
-	DelayedFrees          DelayedFrees    `json:"delayed_frees"`
-	IterationSource       string          `json:"iteration_source"` // "annotations", "none"
-	Iterations            int             `json:"iterations"`
-	RepeatingSites        []RepeatingSite `json:"repeating_sites"`
-	OOMEvents             int             `json:"oom_events"`
+	ActivationBytesAtPeak int64        `json:"activation_bytes_at_peak"`
+	DelayedFrees          DelayedFrees `json:"delayed_frees"`
+	// IterationSource says where iterations come from: "annotations" (ProfilerStep#N),
+	// "periodicity" (the trace's repeating allocation sequence) or "none".
+	IterationSource string `json:"iteration_source"`
+	Iterations      int    `json:"iterations"`
+	// IterationPeriodAllocs / IterationPeriodEvents: the length of one iteration in alloc events
+	// (the detected period) and in trace events (median distance between iteration starts).
+	IterationPeriodAllocs int `json:"iteration_period_allocs"`
+	IterationPeriodEvents int `json:"iteration_period_events"`
+	// IterationStartEvents: trace event index where each iteration starts (at most 1000).
+	IterationStartEvents []int `json:"iteration_start_events"`
+	// Sawtooth: allocated memory per complete iteration (trough, rise, growth).
+	Sawtooth       Sawtooth        `json:"sawtooth"`
+	RepeatingSites []RepeatingSite `json:"repeating_sites"`
+	OOMEvents      int             `json:"oom_events"`
 	// GCFrees: blocks freed by Python's cyclic garbage collector (free stacks pass through
 	// gc_collect): tensors kept alive by reference cycles until a GC pass.
 	GCFrees GCFrees `json:"gc_frees"`
@@ -571,8 +581,11 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		s.bytes += b.size
 		s.blocks++
 	}
-	// Allocations per stack that survive to the end.
+	// Allocations per stack that survive to the end; allocated bytes around every event.
 	allocsPerStack := map[snapshot.StackID]int{}
+	var allocs []allocRec
+	before := make([]int64, len(e.evs))
+	after := make([]int64, len(e.evs))
 	for e.next < len(e.evs) {
 		i := e.next
 		if i&0xffff == 0 {
@@ -587,6 +600,7 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 			hasSegEvents = true
 		case snapshot.ActionAlloc:
 			allocsPerStack[ev.Stack]++
+			allocs = append(allocs, allocRec{idx: i, key: allocKey(ev), level: e.allocated})
 		case snapshot.ActionOOM:
 			r.OOMEvents++
 		}
@@ -596,7 +610,9 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 			}
 			r.LastTimeUS = ev.TimeUS
 		}
+		before[i] = e.allocated
 		e.step()
+		after[i] = e.allocated
 		if e.allocated > r.PeakAllocatedBytes {
 			r.PeakAllocatedBytes, r.PeakAllocatedEvent, r.PeakAllocatedTimeUS = e.allocated, i, ev.TimeUS
 		}
@@ -652,10 +668,29 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	r.PeakSites, r.ActivationBytesAtPeak = pe.liveSites(a, limit)
 
 	// Iterations and sites whose allocations survive across them.
-	starts := iterationStarts(snap, dev)
-	if len(starts) > 0 {
-		r.IterationSource, r.Iterations = "annotations", len(starts)
+	starts, nAnn := annotationStarts(snap, dev, e.evs)
+	if nAnn > 0 {
+		r.IterationSource, r.Iterations = IterationsFromAnnotations, nAnn
+	} else if pr, ok := detectPeriod(allocs); ok {
+		starts = make([]int, len(pr.starts))
+		for k, b := range pr.starts {
+			starts[k] = allocs[b].idx
+		}
+		r.IterationSource, r.Iterations, r.IterationPeriodAllocs = IterationsFromPeriodicity, len(starts), pr.period
 	}
+	if len(starts) > 1 {
+		d := make([]int, 0, len(starts)-1)
+		for k := 1; k < len(starts); k++ {
+			d = append(d, starts[k]-starts[k-1])
+		}
+		slices.Sort(d)
+		r.IterationPeriodEvents = d[len(d)/2]
+	}
+	r.IterationStartEvents = emptyIfNil(starts)
+	if len(r.IterationStartEvents) > maxIterationStarts {
+		r.IterationStartEvents = r.IterationStartEvents[:maxIterationStarts]
+	}
+	r.Sawtooth = sawtooth(starts, before, after)
 	r.RepeatingSites = repeatingSites(snap, a, e, starts, allocsPerStack, limit)
 
 	notes := &r.Notes
@@ -683,6 +718,12 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	if r.HasTrace && !snap.Caps.FramesOnFrees {
 		*notes = append(*notes, "free events carry no stacks: frees by the garbage collector (reference cycles) cannot be recognised")
+	}
+	switch {
+	case r.IterationSource == IterationsFromPeriodicity:
+		*notes = append(*notes, fmt.Sprintf("no ProfilerStep annotations: iterations are inferred from the trace's repeating sequence of %d allocations (repeated layers inside one pass can look the same; record the loop under torch.profiler for exact steps)", r.IterationPeriodAllocs))
+	case r.HasTrace && r.IterationSource == IterationsNone:
+		*notes = append(*notes, "no ProfilerStep annotations and no repeating allocation sequence (at least 3 periods): iterations are unknown")
 	}
 	if r.HasTrace && r.FirstTimeUS == 0 {
 		*notes = append(*notes, "the trace has no timestamps (time_us): positions are event indices")
@@ -719,21 +760,9 @@ func mergeSiteBytes(in []SiteBytes, limit int) []SiteBytes {
 	return out
 }
 
-// iterationStarts returns the trace times where iterations begin, from ProfilerStep#N annotations.
-func iterationStarts(snap *snapshot.Snapshot, dev int) []int64 {
-	var out []int64
-	for _, an := range snap.Annotations {
-		if an.Stage == "START" && strings.HasPrefix(an.Name, "ProfilerStep#") && (an.Device == dev || an.Device < 0) {
-			out = append(out, an.TimeUS)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // repeatingSites finds sites whose trace allocations survive to the end across iterations (or,
 // without iterations, across the trace): memory allocated every iteration and never freed.
-func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []int64, allocs map[snapshot.StackID]int, limit int) []RepeatingSite {
+func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []int, allocs map[snapshot.StackID]int, limit int) []RepeatingSite {
 	type agg struct {
 		at     Attribution
 		surv   int
@@ -760,8 +789,7 @@ func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []
 		g.minIdx = min(g.minIdx, b.allocIdx)
 		g.maxIdx = max(g.maxIdx, b.allocIdx)
 		if len(starts) > 0 {
-			t := e.evs[b.allocIdx].TimeUS
-			it, _ := slices.BinarySearch(starts, t+1)
+			it, _ := slices.BinarySearch(starts, b.allocIdx+1)
 			g.iters[it] = true
 		}
 	}
@@ -846,6 +874,29 @@ func (r *ReplayResult) Text() string {
 	}
 	if g := r.GCFrees; g.Count > 0 {
 		fmt.Fprintf(&b, "  %d blocks (%s) freed by the garbage collector in %d bursts: %s\n", g.Count, FormatBytes(g.Bytes), g.Bursts, g.Advice)
+	}
+	switch r.IterationSource {
+	case IterationsFromAnnotations:
+		fmt.Fprintf(&b, "  %d iterations (ProfilerStep annotations)", r.Iterations)
+	case IterationsFromPeriodicity:
+		fmt.Fprintf(&b, "  %d iterations (the trace repeats every %d allocations", r.Iterations, r.IterationPeriodAllocs)
+		if r.IterationPeriodEvents > 0 {
+			fmt.Fprintf(&b, ", about %d events", r.IterationPeriodEvents)
+		}
+		b.WriteString(")")
+	}
+	if r.IterationSource != IterationsNone {
+		if st := r.Sawtooth; st.Iterations > 0 {
+			fmt.Fprintf(&b, "; sawtooth over %d complete iterations: starts at %s, rises by up to %s within an iteration (peak %s)",
+				st.Iterations, FormatBytes(st.FirstStartBytes), FormatBytes(st.MaxRiseBytes), FormatBytes(st.MaxPeakBytes))
+			if st.GrowthPerIterationBytes > 0 {
+				fmt.Fprintf(&b, "; each iteration leaves %s more allocated than the one before (%s at the start of the last)",
+					FormatBytes(st.GrowthPerIterationBytes), FormatBytes(st.LastStartBytes))
+			} else {
+				b.WriteString("; no growth from one iteration to the next")
+			}
+		}
+		b.WriteString("\n")
 	}
 	for _, s := range r.RepeatingSites {
 		fmt.Fprintf(&b, "  %s allocates without freeing: %d blocks (%s) alive at the end", s.Site, s.Survivors, FormatBytes(s.Bytes))
