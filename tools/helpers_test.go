@@ -23,7 +23,7 @@ func repoRoot(t testing.TB) string {
 func scenarios(t testing.TB) string { return filepath.Join(repoRoot(t), "testdata", "scenarios") }
 
 // newClient starts the server in-process with cfg and returns an initialised client.
-func newClient(t testing.TB, cfg Config) *client.Client {
+func newClient(t testing.TB, cfg Config, opts ...client.ClientOption) *client.Client {
 	t.Helper()
 	if cfg.Roots == nil {
 		cfg.Roots = []string{repoRoot(t)}
@@ -32,7 +32,7 @@ func newClient(t testing.TB, cfg Config) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.NewInProcessClient(srv)
+	c, err := client.NewInProcessClientWithOptions(srv, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +43,11 @@ func newClient(t testing.TB, cfg Config) *client.Client {
 	req := mcp.InitializeRequest{}
 	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
 	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
+	if len(opts) > 0 {
+		req.Params.Capabilities.Roots = &struct {
+			ListChanged bool `json:"listChanged,omitempty"`
+		}{ListChanged: true}
+	}
 	if _, err := c.Initialize(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -93,4 +98,18 @@ func realDir(t testing.TB) string {
 		t.Skipf("real snapshots absent (%s): skipping", d)
 	}
 	return d
+}
+
+type rootsHandler struct{ uris []string }
+
+func (h rootsHandler) ListRoots(context.Context, mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	res := &mcp.ListRootsResult{}
+	for _, u := range h.uris {
+		res.Roots = append(res.Roots, mcp.Root{URI: u, Name: "test"})
+	}
+	return res, nil
+}
+
+func clientWithRoots(uris ...string) client.ClientOption {
+	return client.WithRootsHandler(rootsHandler{uris})
 }

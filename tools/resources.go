@@ -2,10 +2,17 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/memsnap/memsnap/analysis/raw"
 	"github.com/memsnap/memsnap/prompts"
 )
 
@@ -23,4 +30,60 @@ func addResources(s *server.MCPServer, e *env) {
 	addSectionTemplate(s, e)
 }
 
-func addSectionTemplate(s *server.MCPServer, e *env) {}
+// SectionTemplate is the resource template for snapshot sections.
+const SectionTemplate = "memsnap://snapshot/{section}{?path,offset,limit}"
+
+// addSectionTemplate serves read-raw-section as resources: memsnap://snapshot/SECTION?path=FILE
+// (offset and limit optional), JSON like the tool's structuredContent.
+func addSectionTemplate(s *server.MCPServer, e *env) {
+	s.AddResourceTemplate(mcp.NewResourceTemplate(SectionTemplate, "snapshot section",
+		mcp.WithTemplateDescription("One section of a snapshot file, as JSON, paged: section is allocator_settings, external_annotations, segments, segments[N], segments[N].blocks[A:B], device_traces[D], stacks[ID], format or capabilities; path is the snapshot file under the server's roots; both percent-encoded as template expansion does (segments%5B3%5D?path=%2Fdata%2Fsnap.pickle)"),
+		mcp.WithTemplateMIMEType("application/json")),
+		func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			in, err := parseSectionURI(req.Params.URI)
+			if err != nil {
+				return nil, err
+			}
+			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			if err != nil {
+				return nil, errors.New(errorText("snapshot section", err))
+			}
+			r, err := raw.Read(snap, in.Section, raw.Options{Offset: in.Offset, Limit: in.Limit})
+			if err != nil {
+				return nil, errors.New(errorText("snapshot section", err))
+			}
+			b, err := json.Marshal(r)
+			if err != nil {
+				return nil, fmt.Errorf("snapshot section: %w", err)
+			}
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: string(b)}}, nil
+		})
+}
+
+// parseSectionURI reads memsnap://snapshot/SECTION?path=...&offset=...&limit=...
+func parseSectionURI(uri string) (ReadRawInput, error) {
+	var in ReadRawInput
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme != "memsnap" || u.Host != "snapshot" {
+		return in, fmt.Errorf("resource %q: want memsnap://snapshot/SECTION?path=FILE", uri)
+	}
+	in.Section = strings.TrimPrefix(u.Path, "/")
+	q := u.Query()
+	in.Path = q.Get("path")
+	if in.Path == "" {
+		return in, fmt.Errorf("resource %q: the query needs path=FILE (the snapshot file)", uri)
+	}
+	for _, f := range []struct {
+		key string
+		dst *int
+	}{{"offset", &in.Offset}, {"limit", &in.Limit}} {
+		if v := q.Get(f.key); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return in, fmt.Errorf("resource %q: %s must be a non-negative integer", uri, f.key)
+			}
+			*f.dst = n
+		}
+	}
+	return in, nil
+}
