@@ -25,14 +25,16 @@ const (
 
 // DiffSite is one site's live memory in both snapshots.
 type DiffSite struct {
-	File         string `json:"file"`
-	Line         int64  `json:"line"`
-	Function     string `json:"function"`
-	Site         string `json:"site"`
-	Category     string `json:"category"`
-	BytesBefore  int64  `json:"bytes_before"`
-	BytesAfter   int64  `json:"bytes_after"`
-	DeltaBytes   int64  `json:"delta_bytes"`
+	File        string `json:"file"`
+	Line        int64  `json:"line"`
+	Function    string `json:"function"`
+	Site        string `json:"site"`
+	Category    string `json:"category"`
+	BytesBefore int64  `json:"bytes_before"`
+	BytesAfter  int64  `json:"bytes_after"`
+	DeltaBytes  int64  `json:"delta_bytes"`
+	// Evidence is set when the category comes from the blocks themselves (user_container).
+	Evidence     string `json:"evidence,omitempty"`
 	BlocksBefore int    `json:"blocks_before"`
 	BlocksAfter  int    `json:"blocks_after"`
 	DeltaBlocks  int    `json:"delta_blocks"`
@@ -80,6 +82,12 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	}
 	r := &DiffResult{BeforePath: before.Path, AfterPath: after.Path, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}}
 	m := map[diffKey]*DiffSite{}
+	type kindSizes struct {
+		kind     string
+		sizes    [2]sizeHist // before, after
+		allOther bool
+	}
+	ks := map[diffKey]*kindSizes{}
 	add := func(snap *snapshot.Snapshot, isAfter bool) {
 		for si := range snap.Segments {
 			seg := &snap.Segments[si]
@@ -96,6 +104,14 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 				if d == nil {
 					d = &DiffSite{File: at.File, Line: at.Line, Function: at.Function, Site: at.Site.Site, Category: at.Category}
 					m[k] = d
+					ks[k] = &kindSizes{kind: at.Site.Kind, sizes: [2]sizeHist{{}, {}}, allOther: true}
+				}
+				x := ks[k]
+				x.allOther = x.allOther && at.Category == CategoryOther
+				if isAfter {
+					x.sizes[1].add(b.Size)
+				} else {
+					x.sizes[0].add(b.Size)
 				}
 				if isAfter {
 					d.BytesAfter += b.Size
@@ -114,7 +130,16 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	add(after, true)
 	r.DeltaBytes = r.BytesAfter - r.BytesBefore
 	all := make([]DiffSite, 0, len(m))
-	for _, d := range m {
+	for k, d := range m {
+		if x := ks[k]; x.allOther {
+			h := x.sizes[1]
+			if d.BlocksAfter == 0 {
+				h = x.sizes[0]
+			}
+			if ev := containerGuess(x.kind, CategoryOther, d.Site, d.Function, h, 0); ev != "" {
+				d.Category, d.Evidence = CategoryUserContainer, ev
+			}
+		}
 		d.DeltaBytes = d.BytesAfter - d.BytesBefore
 		d.DeltaBlocks = d.BlocksAfter - d.BlocksBefore
 		all = append(all, *d)

@@ -34,6 +34,10 @@ type OOMSite struct {
 	Category string `json:"category"`
 	Bytes    int64  `json:"bytes"`
 	Blocks   int    `json:"blocks"`
+	// Evidence is set when the category comes from the blocks themselves (user_container).
+	Evidence string `json:"evidence,omitempty"`
+	kind     string
+	sizes    sizeHist
 }
 
 // OOMEvent explains one oom event.
@@ -144,16 +148,22 @@ func addSite(m map[string]*OOMSite, at Attribution, size int64) {
 	k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
 	s := m[k]
 	if s == nil {
-		s = &OOMSite{Site: at.Site.Site, File: at.File, Line: at.Line, Function: at.Function, Category: at.Category}
+		s = &OOMSite{Site: at.Site.Site, File: at.File, Line: at.Line, Function: at.Function, Category: at.Category,
+			kind: at.Site.Kind, sizes: sizeHist{}}
 		m[k] = s
 	}
 	s.Bytes += size
 	s.Blocks++
+	s.sizes.add(size)
 }
 
 func sortOOMSites(m map[string]*OOMSite, limit int) []OOMSite {
 	out := make([]OOMSite, 0, len(m))
 	for _, s := range m {
+		if ev := containerGuess(s.kind, s.Category, s.Site, s.Function, s.sizes, 0); ev != "" {
+			s.Category, s.Evidence = CategoryUserContainer, ev
+		}
+		s.sizes = nil
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(x, y OOMSite) int {
@@ -396,6 +406,9 @@ func capacityFixes(dominant string) []string {
 		return []string{"shard parameters and gradients (FSDP / ZeRO-3) across GPUs",
 			"bf16 weights, or a smaller model; LoRA instead of full fine-tuning",
 			"CPU offload of parameters"}
+	case CategoryUserContainer:
+		return []string{"a list or dict in your code keeps one tensor per iteration: store x.detach().cpu() or x.item() instead, or bound it (collections.deque(maxlen=N))",
+			"reduce the batch size", "look at the largest live sites below and free or shrink them"}
 	case CategoryOptimizerState:
 		return []string{"a lower-memory optimizer (8-bit Adam, Adafactor, SGD with momentum)",
 			"shard optimizer state (ZeRO-1/2, FSDP)", "a smaller model"}

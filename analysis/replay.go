@@ -32,6 +32,8 @@ type SiteBytes struct {
 	Bytes    int64   `json:"bytes"`
 	Blocks   int     `json:"blocks"`
 	Percent  float64 `json:"percent"`
+	// Evidence is set when the category comes from the blocks themselves (user_container).
+	Evidence string `json:"evidence,omitempty"`
 }
 
 // DelayedFrees summarises blocks whose free_completed came later than their free_requested
@@ -74,10 +76,11 @@ type RepeatingSite struct {
 	Line        int64  `json:"line"`
 	Function    string `json:"function"`
 	Category    string `json:"category"`
-	Survivors   int    `json:"survivors"`   // blocks allocated in the trace and alive at its end
-	Bytes       int64  `json:"bytes"`       // their bytes
-	Iterations  int    `json:"iterations"`  // distinct iterations they were allocated in
-	Allocations int    `json:"allocations"` // all allocations of the site in the trace
+	Evidence    string `json:"evidence,omitempty"` // set for user_container
+	Survivors   int    `json:"survivors"`          // blocks allocated in the trace and alive at its end
+	Bytes       int64  `json:"bytes"`              // their bytes
+	Iterations  int    `json:"iterations"`         // distinct iterations they were allocated in
+	Allocations int    `json:"allocations"`        // all allocations of the site in the trace
 }
 
 // ReplayResult is the memory of one device over its recorded trace.
@@ -414,6 +417,7 @@ func (e *engine) liveSites(a *Attributor, limit int) ([]SiteBytes, int64) {
 		at     Attribution
 		bytes  int64
 		blocks int
+		sizes  sizeHist
 	}
 	m := map[string]*agg{}
 	var total, act int64
@@ -430,11 +434,12 @@ func (e *engine) liveSites(a *Attributor, limit int) ([]SiteBytes, int64) {
 		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
 		g := m[k]
 		if g == nil {
-			g = &agg{at: at}
+			g = &agg{at: at, sizes: sizeHist{}}
 			m[k] = g
 		}
 		g.bytes += b.size
 		g.blocks++
+		g.sizes.add(b.size)
 		total += b.size
 		if at.Category == CategoryActivation {
 			act += b.size
@@ -442,8 +447,12 @@ func (e *engine) liveSites(a *Attributor, limit int) ([]SiteBytes, int64) {
 	}
 	out := make([]SiteBytes, 0, len(m))
 	for _, g := range m {
-		out = append(out, SiteBytes{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
-			Category: g.at.Category, Bytes: g.bytes, Blocks: g.blocks, Percent: pct(g.bytes, total)})
+		sb := SiteBytes{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
+			Category: g.at.Category, Bytes: g.bytes, Blocks: g.blocks, Percent: pct(g.bytes, total)}
+		if ev := containerGuess(g.at.Site.Kind, g.at.Category, sb.Site, sb.Function, g.sizes, 0); ev != "" {
+			sb.Category, sb.Evidence = CategoryUserContainer, ev
+		}
+		out = append(out, sb)
 	}
 	sortSiteBytes(out)
 	if limit > 0 && len(out) > limit {
@@ -771,6 +780,7 @@ func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []
 		allocs int
 		minIdx int
 		maxIdx int
+		sizes  sizeHist
 	}
 	m := map[string]*agg{}
 	for _, b := range e.live {
@@ -781,9 +791,10 @@ func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []
 		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line)
 		g := m[k]
 		if g == nil {
-			g = &agg{at: at, iters: map[int]bool{}, minIdx: b.allocIdx, maxIdx: b.allocIdx}
+			g = &agg{at: at, iters: map[int]bool{}, minIdx: b.allocIdx, maxIdx: b.allocIdx, sizes: sizeHist{}}
 			m[k] = g
 		}
+		g.sizes.add(b.size)
 		g.surv++
 		g.bytes += b.size
 		g.minIdx = min(g.minIdx, b.allocIdx)
@@ -814,8 +825,12 @@ func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []
 		if !ok {
 			continue
 		}
-		out = append(out, RepeatingSite{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
-			Category: g.at.Category, Survivors: g.surv, Bytes: g.bytes, Iterations: iters, Allocations: g.allocs})
+		rs := RepeatingSite{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
+			Category: g.at.Category, Survivors: g.surv, Bytes: g.bytes, Iterations: iters, Allocations: g.allocs}
+		if ev := containerGuess(g.at.Site.Kind, g.at.Category, rs.Site, rs.Function, g.sizes, iters); ev != "" {
+			rs.Category, rs.Evidence = CategoryUserContainer, ev
+		}
+		out = append(out, rs)
 	}
 	slices.SortFunc(out, func(x, y RepeatingSite) int {
 		if x.Bytes != y.Bytes {

@@ -97,9 +97,11 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 	}
 	r := &TopStacksResult{Path: snap.Path, GroupBy: opt.GroupBy, State: opt.State, Device: opt.Device, Sites: []TopSite{}, Notes: []string{}}
 	type agg struct {
-		ts      TopSite
-		topID   snapshot.StackID
-		topSize int64
+		ts       TopSite
+		topID    snapshot.StackID
+		topSize  int64
+		sizes    sizeHist
+		allOther bool // every block's category is "other" (container candidates)
 	}
 	groups := map[string]*agg{}
 	noStack, emptyStack := 0, 0
@@ -138,7 +140,8 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			g := groups[key]
 			if g == nil {
 				g = &agg{ts: TopSite{File: at.File, Line: at.Line, Function: at.Function, Site: at.Site.Site, Kind: at.Site.Kind,
-					Category: at.Category, Evidence: at.Evidence, Stack: at.Stack}, topID: b.Stack, topSize: b.Size}
+					Category: at.Category, Evidence: at.Evidence, Stack: at.Stack}, topID: b.Stack, topSize: b.Size,
+					sizes: sizeHist{}, allOther: true}
 				switch opt.GroupBy {
 				case "file":
 					if at.File != "" {
@@ -153,6 +156,8 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			}
 			g.ts.Bytes += b.Size
 			g.ts.Blocks++
+			g.sizes.add(b.Size)
+			g.allOther = g.allOther && at.Category == CategoryOther
 			if b.Size > g.topSize { // the representative stack is the largest block's
 				g.topSize, g.topID = b.Size, b.Stack
 				g.ts.Stack, g.ts.Category, g.ts.Evidence = at.Stack, at.Category, at.Evidence
@@ -162,6 +167,11 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		}
 	}
 	for _, g := range groups {
+		if (opt.GroupBy == "site" || opt.GroupBy == "stack") && opt.State != "inactive" && g.allOther {
+			if ev := containerGuess(g.ts.Kind, CategoryOther, g.ts.Site, g.ts.Function, g.sizes, 0); ev != "" {
+				g.ts.Category, g.ts.Evidence = CategoryUserContainer, ev
+			}
+		}
 		g.ts.Percent = pct(g.ts.Bytes, r.TotalBytes)
 		g.ts.Stack = emptyIfNil(g.ts.Stack)
 		r.Sites = append(r.Sites, g.ts)

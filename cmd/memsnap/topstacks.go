@@ -39,7 +39,7 @@ func newTopStacksCmd() *cobra.Command {
 skipping C++, the Python runtime, PyTorch internals and other libraries (model-defining code such
 as transformers' modeling_*.py counts as yours) — and lists bytes, share of the selected memory,
 blocks, a category guess (parameter, gradient, optimizer state, activation, backward temporary,
-communication, other) and a filtered stack.`,
+communication, user container, other) and a filtered stack.`,
 		Example: `  memsnap top-stacks snapshot.pickle
   memsnap top-stacks snapshot.pickle --group-by file -n 5 --json
   memsnap top-stacks snapshot.pickle --state inactive --user-root ~/proj`,
