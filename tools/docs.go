@@ -80,6 +80,7 @@ var fieldDocs = map[string]string{
 	"DiffSite.BlocksBefore": "Live blocks at this site before",
 	"DiffSite.BlocksAfter":  "Live blocks at this site after",
 	"DiffSite.DeltaBlocks":  "Growth in blocks",
+	"DiffSite.Evidence":     "Why the category was guessed",
 	// analysis.DiffPattern
 	"DiffPattern.Name":     "Pattern: retained_autograd_graph, growing_container, optimizer_state_first_step or no_growth",
 	"DiffPattern.Site":     "The site the pattern is about",
@@ -123,6 +124,7 @@ var fieldDocs = map[string]string{
 	"OOMSite.Category": "Guessed kind of memory",
 	"OOMSite.Bytes":    "Live bytes at the OOM",
 	"OOMSite.Blocks":   "Live blocks at the OOM",
+	"OOMSite.Evidence": "Why the category was guessed",
 	// analysis.FragmentationResult
 	"FragmentationResult.Path":               "The snapshot file",
 	"FragmentationResult.ReservedBytes":      "Reserved bytes over every group",

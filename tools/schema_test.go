@@ -1,0 +1,168 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// toolJSON is what an agent sees of a tool, as kept in the golden files.
+type toolJSON struct {
+	Name         string             `json:"name"`
+	Description  string             `json:"description"`
+	Annotations  mcp.ToolAnnotation `json:"annotations"`
+	InputSchema  json.RawMessage    `json:"inputSchema"`
+	OutputSchema json.RawMessage    `json:"outputSchema"`
+}
+
+func listTools(t *testing.T) []mcp.Tool {
+	t.Helper()
+	c := newClient(t, Config{})
+	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Tools
+}
+
+func toolAsJSON(t *testing.T, tool mcp.Tool) toolJSON {
+	t.Helper()
+	raw, err := json.Marshal(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tj toolJSON
+	if err := json.Unmarshal(raw, &tj); err != nil {
+		t.Fatal(err)
+	}
+	return tj
+}
+
+// TestGolden fails when a tool's name, description, annotations or schemas change without
+// its golden file (go test ./tools -run Golden -update rewrites them).
+func TestGolden(t *testing.T) {
+	tools := listTools(t)
+	var names []string
+	for _, tool := range tools {
+		names = append(names, tool.Name)
+		tj := toolAsJSON(t, tool)
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(tj); err != nil {
+			t.Fatal(err)
+		}
+		// Re-indent the raw schemas too.
+		var pretty bytes.Buffer
+		if err := json.Indent(&pretty, buf.Bytes(), "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join("testdata", tool.Name+".golden.json")
+		if *update {
+			if err := os.WriteFile(file, pretty.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("%s: %v (run go test ./tools -run Golden -update)", tool.Name, err)
+		}
+		if !bytes.Equal(want, pretty.Bytes()) {
+			t.Errorf("tool %s changed: its interface differs from %s; if the change is intended run go test ./tools -run Golden -update and review the diff", tool.Name, file)
+		}
+	}
+	want := "diff,fragmentation,oom-report,read-raw-section,summarize,top-stacks"
+	if got := strings.Join(names, ","); got != want {
+		t.Errorf("tools %s, want %s", got, want)
+	}
+	golden, _ := filepath.Glob(filepath.Join("testdata", "*.golden.json"))
+	if len(golden) != len(tools) {
+		t.Errorf("%d golden files for %d tools: remove stale ones", len(golden), len(tools))
+	}
+}
+
+// TestSchemas: flat object roots, no $ref/$defs/$schema, every property described, enums and
+// read-only annotations, and schemas the server's validator compiles (else it skips them).
+func TestSchemas(t *testing.T) {
+	for _, tool := range listTools(t) {
+		tj := toolAsJSON(t, tool)
+		a := tj.Annotations
+		if a.ReadOnlyHint == nil || !*a.ReadOnlyHint || a.DestructiveHint == nil || *a.DestructiveHint ||
+			a.IdempotentHint == nil || !*a.IdempotentHint || a.OpenWorldHint == nil || *a.OpenWorldHint {
+			t.Errorf("%s: annotations %+v", tool.Name, a)
+		}
+		for kind, raw := range map[string]json.RawMessage{"input": tj.InputSchema, "output": tj.OutputSchema} {
+			if bytes.Contains(raw, []byte(`"$ref"`)) || bytes.Contains(raw, []byte(`"$defs"`)) || bytes.Contains(raw, []byte(`"$schema"`)) {
+				t.Errorf("%s %s schema has $ref/$defs/$schema", tool.Name, kind)
+			}
+			var root map[string]any
+			if err := json.Unmarshal(raw, &root); err != nil {
+				t.Fatalf("%s %s: %v", tool.Name, kind, err)
+			}
+			if root["type"] != "object" {
+				t.Errorf("%s %s root type %v", tool.Name, kind, root["type"])
+			}
+			checkDescribed(t, tool.Name+" "+kind, root)
+			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			comp := jsonschema.NewCompiler()
+			if err := comp.AddResource("s.json", doc); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := comp.Compile("s.json"); err != nil {
+				t.Errorf("%s %s schema does not compile: %v", tool.Name, kind, err)
+			}
+		}
+	}
+	in := map[string]string{}
+	for _, tool := range listTools(t) {
+		in[tool.Name] = string(toolAsJSON(t, tool).InputSchema)
+	}
+	for tool, want := range map[string][]string{
+		"top-stacks":       {`"enum":["site","stack","file","function"]`, `"enum":["allocated","pending","inactive","all"]`, `"maximum":100`, `"required":["path"]`},
+		"diff":             {`"required":["before","after"]`},
+		"read-raw-section": {`"required":["path","section"]`, `"maximum":500`},
+		"summarize":        {`"required":["path"]`, `"additionalProperties":false`},
+	} {
+		for _, w := range want {
+			if !strings.Contains(in[tool], w) {
+				t.Errorf("%s input schema lacks %s: %s", tool, w, in[tool])
+			}
+		}
+	}
+}
+
+// checkDescribed walks properties and items and fails on a property without a description.
+func checkDescribed(t *testing.T, where string, s map[string]any) {
+	t.Helper()
+	if props, ok := s["properties"].(map[string]any); ok {
+		for name, p := range props {
+			ps, ok := p.(map[string]any)
+			if !ok {
+				t.Errorf("%s.%s: schema is %v, not an object", where, name, p)
+				continue
+			}
+			if d, _ := ps["description"].(string); d == "" {
+				t.Errorf("%s.%s has no description", where, name)
+			}
+			checkDescribed(t, where+"."+name, ps)
+		}
+	}
+	if items, ok := s["items"].(map[string]any); ok {
+		checkDescribed(t, where+"[]", items)
+	}
+}
