@@ -64,6 +64,15 @@ type OOMEvent struct {
 	// and stream.
 	LargestFreeBlockBytes int64 `json:"largest_free_block_bytes"`
 	LargestFreeAnyBytes   int64 `json:"largest_free_any_bytes"`
+	// Expandable: the device uses expandable segments. The free block at the end of a mapped range
+	// can then grow by mapping more pages while the device has free memory, so the largest free
+	// block is not the largest request that could be served: up to ExpandableTailFreeBytes +
+	// device_free could be at the end of the request's range.
+	Expandable              bool  `json:"expandable"`
+	ExpandableTailFreeBytes int64 `json:"expandable_tail_free_bytes"`
+	// LargestFreeBlockUnknown: the state was replayed and the replay cannot rebuild expandable
+	// mapped ranges, so the largest-free-block figures are unknown (reported as 0).
+	LargestFreeBlockUnknown bool `json:"largest_free_block_unknown"`
 	// DeviceTotalBytes is the device size used for the verdict; DeviceTotalSource is "option"
 	// or "estimate".
 	DeviceTotalBytes  int64     `json:"device_total_bytes"`
@@ -100,6 +109,7 @@ func estimateDeviceTotal(n int64) int64 {
 type freeState struct {
 	allocated, reserved, active int64
 	largestSame, largestAny     int64
+	tailSame                    int64 // free bytes at the end of the request's expandable range
 	sites                       []OOMSite
 }
 
@@ -136,6 +146,9 @@ func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool,
 				fs.largestAny = max(fs.largestAny, b.Size)
 				if segSmall == small && s.Stream == stream {
 					fs.largestSame = max(fs.largestSame, b.Size)
+					if s.IsExpandable && b.Address+uint64(b.Size) == s.Address+uint64(s.TotalSize) {
+						fs.tailSame = max(fs.tailSame, b.Size)
+					}
 				}
 			}
 		}
@@ -304,6 +317,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		if len(ooms) == 0 {
 			continue
 		}
+		expandable := usesExpandable(snap, dev)
 		var e *engine
 		for _, idx := range ooms {
 			ev := evs[idx]
@@ -328,6 +342,15 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 				fs = replayFreeState(e, a, small, ev.Stream, opt.Limit)
 			}
 			o.AllocatedBytes, o.ReservedBytes, o.InactiveBytes = fs.allocated, fs.reserved, fs.reserved-fs.active
+			o.Expandable = expandable
+			if expandable {
+				if o.StateSource == "replay" {
+					o.LargestFreeBlockUnknown = true
+					fs.largestSame, fs.largestAny = 0, 0
+				} else {
+					o.ExpandableTailFreeBytes = fs.tailSame
+				}
+			}
 			o.LargestFreeBlockBytes, o.LargestFreeAnyBytes = fs.largestSame, fs.largestAny
 			o.LiveSites = emptyIfNil(fs.sites)
 			judge(&o, opt, fs, a, snap)
@@ -346,6 +369,27 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		r.Notes = append(r.Notes, "alloc events carry no stacks: live sites before the OOM come from block stacks where known")
 	}
 	return r, nil
+}
+
+// usesExpandable reports whether device dev uses expandable segments (settings, segments or
+// segment_map events say so).
+func usesExpandable(snap *snapshot.Snapshot, dev int) bool {
+	if snap.Settings.ExpandableSegments {
+		return true
+	}
+	for si := range snap.Segments {
+		if snap.Segments[si].Device == dev && snap.Segments[si].IsExpandable {
+			return true
+		}
+	}
+	if dev >= 0 && dev < len(snap.DeviceTraces) {
+		for _, ev := range snap.DeviceTraces[dev] {
+			if ev.Action == snapshot.ActionSegmentMap || ev.Action == snapshot.ActionSegmentUnmap {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // judge sets the verdict, explanation and fixes.
@@ -377,11 +421,23 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snaps
 			"limit other frameworks in the same process (TensorFlow/JAX preallocate: XLA_PYTHON_CLIENT_PREALLOCATE=false)"}
 	case o.InactiveBytes >= o.RequestedBytes && o.LargestFreeBlockBytes < o.RequestedBytes:
 		o.Verdict = VerdictFragmentation
-		o.Explanation = fmt.Sprintf("%s was cached free, more than the %s request, but the largest free block of its pool and stream was %s: the free memory is split between live blocks and segments never merge",
-			FormatBytes(o.InactiveBytes), req, FormatBytes(o.LargestFreeBlockBytes))
+		switch {
+		case o.LargestFreeBlockUnknown:
+			o.Explanation = fmt.Sprintf("%s was cached free, more than the %s request, yet it failed: the free memory lies in holes between live blocks of the expandable segments (the replay cannot rebuild the mapped ranges, so the largest hole is unknown)",
+				FormatBytes(o.InactiveBytes), req)
+		case o.Expandable:
+			o.Explanation = fmt.Sprintf("%s was cached free, more than the %s request, but in holes between live blocks: the largest free block of its pool and stream was %s, and with expandable segments only the free end of the mapped range (%s) can grow, by mapping at most the device's free %s",
+				FormatBytes(o.InactiveBytes), req, FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.ExpandableTailFreeBytes), FormatBytes(o.DeviceFreeBytes))
+		default:
+			o.Explanation = fmt.Sprintf("%s was cached free, more than the %s request, but the largest free block of its pool and stream was %s: the free memory is split between live blocks and segments never merge",
+				FormatBytes(o.InactiveBytes), req, FormatBytes(o.LargestFreeBlockBytes))
+		}
 		o.Fixes = []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free memory in a pool stays contiguous",
 			"or set max_split_size_mb (e.g. PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128) so large cached blocks are not split for small requests",
 			"allocate long-lived tensors (caches, buffers) up front instead of interleaving them with per-step temporaries"}
+		if o.Expandable {
+			o.Fixes[0] = "expandable segments are already on: holes between long-lived tensors still cannot be merged"
+		}
 	default:
 		o.Verdict = VerdictCapacity
 		o.Explanation = fmt.Sprintf("live tensors hold %s of %s reserved and only %s was free on the device: the %s request does not fit",
@@ -432,8 +488,17 @@ func (r *OOMResult) Text() string {
 		for _, f := range o.Stack {
 			fmt.Fprintf(&b, "    %s\n", f)
 		}
-		fmt.Fprintf(&b, "  just before (%s): allocated %s, reserved %s, cached free %s, largest free block for this request %s (any pool %s)\n",
-			o.StateSource, FormatBytes(o.AllocatedBytes), FormatBytes(o.ReservedBytes), FormatBytes(o.InactiveBytes), FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes))
+		fmt.Fprintf(&b, "  just before (%s): allocated %s, reserved %s, cached free %s, ",
+			o.StateSource, FormatBytes(o.AllocatedBytes), FormatBytes(o.ReservedBytes), FormatBytes(o.InactiveBytes))
+		switch {
+		case o.LargestFreeBlockUnknown:
+			b.WriteString("largest free block unknown (expandable segments: the replay cannot rebuild the mapped ranges)\n")
+		case o.Expandable:
+			fmt.Fprintf(&b, "largest free block for this request %s (any pool %s); expandable segments: the free end of the mapped range (%s) could grow by up to the device's free %s\n",
+				FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes), FormatBytes(o.ExpandableTailFreeBytes), FormatBytes(o.DeviceFreeBytes))
+		default:
+			fmt.Fprintf(&b, "largest free block for this request %s (any pool %s)\n", FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes))
+		}
 		for _, s := range o.LiveSites {
 			fmt.Fprintf(&b, "    %9s %5d blocks  %s [%s]\n", FormatBytes(s.Bytes), s.Blocks, s.Site, s.Category)
 		}
