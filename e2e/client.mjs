@@ -1,0 +1,176 @@
+// End-to-end test of `memsnap serve` with the official MCP TypeScript SDK client.
+// Usage: node e2e/client.mjs MEMSNAP_BINARY FIXTURES_DIR
+// Lists tools, calls each on fixtures and checks structuredContent against outputSchema (the
+// SDK validates too), checks isError answers, cancels a call and checks the server still
+// answers, and runs 20 concurrent calls on different files. Exits non-zero on any failure.
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
+import { execFileSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+const [bin, fixturesArg] = process.argv.slice(2);
+if (!bin || !fixturesArg) {
+  console.error("usage: node client.mjs MEMSNAP_BINARY FIXTURES_DIR");
+  process.exit(2);
+}
+const fixtures = path.resolve(fixturesArg);
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "memsnap-e2e-"));
+const fx = (name) => path.join(fixtures, name);
+
+let failures = 0;
+let checks = 0;
+function check(cond, what) {
+  checks++;
+  if (!cond) {
+    failures++;
+    console.error("FAIL: " + what);
+  }
+}
+const text = (res) => (res.content || []).filter((c) => c.type === "text").map((c) => c.text).join("");
+
+async function connect() {
+  const transport = new StdioClientTransport({
+    command: path.resolve(bin),
+    args: ["serve", "--root", fixtures, "--root", scratch],
+    stderr: "inherit",
+  });
+  const client = new Client({ name: "memsnap-e2e", version: "1.0.0" });
+  await client.connect(transport);
+  return client;
+}
+
+const ajv = new AjvJsonSchemaValidator();
+
+async function main() {
+  const client = await connect();
+  check(/summarize/.test(client.getInstructions() || ""), "server instructions mention summarize");
+
+  // 1. tools/list: names, schemas, annotations.
+  const { tools } = await client.listTools();
+  const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+  const want = ["diff", "fragmentation", "oom-report", "read-raw-section", "summarize", "top-stacks"];
+  check(JSON.stringify(Object.keys(byName).sort()) === JSON.stringify(want), "tool names: " + Object.keys(byName).sort());
+  for (const t of tools) {
+    check(t.inputSchema?.type === "object" && t.outputSchema?.type === "object", `${t.name}: object schemas`);
+    check(t.annotations?.readOnlyHint === true && t.annotations?.destructiveHint === false, `${t.name}: read-only annotations`);
+  }
+
+  // 2. Call each tool on fixtures; validate structuredContent against outputSchema.
+  const calls = [
+    ["summarize", { path: fx("activation_oom.pickle") }, (s) => s.totals.reserved_bytes === 924844032 && s.ooms === 1],
+    ["summarize", { path: fx("multirank") }, (s) => s.ranks.length === 4],
+    ["top-stacks", { path: fx("activation_oom.pickle"), limit: 2 }, (s) => s.sites.length === 2 && s.sites[0].site === "train.py:112" && s.groups === 6],
+    ["diff", { before: fx("growing_container_step5.pickle"), after: fx("growing_container_step50.pickle") },
+      (s) => s.delta_bytes === 180 * 1048576 && s.sites[0].site === "train.py:97"],
+    ["oom-report", { path: fx("fragmentation_oom.pickle") }, (s) => s.ooms.length === 1 && s.ooms[0].verdict === "fragmentation"],
+    ["fragmentation", { path: fx("fragmentation_oom.pickle") }, (s) => s.reserved_bytes === 1048576000 && s.groups[0].largest_free_block_bytes === 9961472],
+    ["read-raw-section", { path: fx("activation_oom.pickle"), section: "segments", limit: 5 },
+      (s) => s.kind === "segments" && s.total === 31 && s.returned === 5 && s.more === true && s.next_offset === 5],
+    ["read-raw-section", { path: fx("activation_oom.pickle"), section: "device_traces[0][76]" },
+      (s) => s.events.length === 1 && s.events[0].action === "oom" && s.stacks.length === 1],
+  ];
+  for (const [name, args, ok] of calls) {
+    let res;
+    try {
+      res = await client.callTool({ name, arguments: args }); // the SDK validates against outputSchema
+    } catch (e) {
+      check(false, `${name} ${JSON.stringify(args)}: ${e}`);
+      continue;
+    }
+    check(!res.isError, `${name}: not an error (${text(res).slice(0, 200)})`);
+    const v = ajv.getValidator(byName[name].outputSchema)(res.structuredContent);
+    check(v.valid, `${name}: structuredContent matches outputSchema: ${v.errorMessage}`);
+    check(ok(res.structuredContent), `${name} ${JSON.stringify(args)}: expected values; got ${JSON.stringify(res.structuredContent).slice(0, 300)}`);
+    check(text(res).length > 0 && text(res).length <= 8192, `${name}: text of ${text(res).length} bytes`);
+  }
+
+  // 3. Errors are isError results with an actionable message, never protocol errors.
+  fs.writeFileSync(path.join(scratch, "corrupt.pickle"), Buffer.from("\x80\x04\x95 not a snapshot"));
+  const bad = [
+    ["summarize", { path: fx("no_such_file.pickle") }, /no such file/],
+    ["summarize", { path: "/etc/hostname" }, /outside the directories/],
+    ["top-stacks", { path: path.join(scratch, "corrupt.pickle") }, /cannot read the snapshot/],
+    ["top-stacks", { path: fx("activation_oom.pickle"), group_by: "bogus" }, /group_by/],
+    ["read-raw-section", { path: fx("activation_oom.pickle"), section: "segments[999]" }, /31 segments/],
+  ];
+  for (const [name, args, re] of bad) {
+    try {
+      const res = await client.callTool({ name, arguments: args });
+      check(res.isError === true && re.test(text(res)), `${name} ${JSON.stringify(args)}: isError with ${re}; got ${text(res)}`);
+    } catch (e) {
+      check(false, `${name} ${JSON.stringify(args)}: protocol error ${e}`);
+    }
+  }
+
+  // 4. Cancel a call that cannot finish (a FIFO nobody writes), then check the server answers.
+  const fifo = path.join(scratch, "stuck.pickle");
+  execFileSync("mkfifo", [fifo]);
+  const ac = new AbortController();
+  const pending = client.callTool({ name: "summarize", arguments: { path: fifo } }, undefined, { signal: ac.signal });
+  setTimeout(() => ac.abort("test cancel"), 300);
+  let aborted = false;
+  try {
+    await pending;
+  } catch (e) {
+    aborted = true;
+  }
+  check(aborted, "the cancelled call was aborted");
+  const after = await client.callTool({ name: "summarize", arguments: { path: fx("no_growth_step5.pickle") } });
+  check(!after.isError && after.structuredContent.totals.segments > 0, "server answers after a cancelled call");
+
+  // Resources and prompts.
+  const guide = await client.readResource({ uri: "memsnap://guide" });
+  check(/read-raw-section/.test(guide.contents[0].text), "guide resource");
+  const sec = await client.readResource({
+    uri: "memsnap://snapshot/segments%5B0%5D?path=" + encodeURIComponent(fx("activation_oom.pickle")),
+  });
+  check(JSON.parse(sec.contents[0].text).segment.total_size === 16777216, "section resource");
+  const { prompts } = await client.listPrompts();
+  check(prompts.map((p) => p.name).sort().join(",") === "diagnose-oom,explain-memory,find-leak", "prompts");
+  const p = await client.getPrompt({ name: "diagnose-oom", arguments: { path: "x.pickle" } });
+  check(/oom-report/.test(p.messages[0].content.text) && /x\.pickle/.test(p.messages[0].content.text), "diagnose-oom prompt");
+  await client.close();
+
+  // 5. 20 concurrent calls on different files: same answers as one-by-one calls on a fresh server.
+  const files = [];
+  const walk = (d) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
+      const f = path.join(d, e.name);
+      if (e.isDirectory()) walk(f);
+      else if (!f.endsWith(".md")) files.push(f);
+    }
+  };
+  walk(fixtures);
+  check(files.length >= 20, `at least 20 fixture files (${files.length})`);
+  const twenty = files.slice(0, 20);
+  const seq = await connect();
+  const expected = {};
+  for (const f of twenty) {
+    const r = await seq.callTool({ name: "summarize", arguments: { path: f } });
+    expected[f] = r.structuredContent;
+  }
+  await seq.close();
+  const par = await connect();
+  await par.listTools();
+  const results = await Promise.all(twenty.map((f) => par.callTool({ name: "summarize", arguments: { path: f } })));
+  results.forEach((r, i) => {
+    const f = twenty[i];
+    check(!r.isError, `concurrent ${path.basename(f)}: ${text(r).slice(0, 200)}`);
+    check(JSON.stringify(r.structuredContent) === JSON.stringify(expected[f]), `concurrent ${path.basename(f)}: same answer as alone`);
+  });
+  await par.close();
+}
+
+try {
+  await main();
+} catch (e) {
+  failures++;
+  console.error("FAIL: " + (e.stack || e));
+} finally {
+  fs.rmSync(scratch, { recursive: true, force: true });
+}
+console.log(`e2e: ${checks} checks, ${failures} failures`);
+process.exit(failures ? 1 : 0);
