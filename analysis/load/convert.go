@@ -571,11 +571,9 @@ func computeCaps(s *snapshot.Snapshot) {
 			anyPy = anyPy || py[id]
 		}
 	}
-	live := map[uint64]bool{}
 	for _, seg := range s.Segments {
 		for _, b := range seg.Blocks {
 			if b.State != snapshot.StateInactive {
-				live[b.Address] = true
 				if nonEmpty(b.Stack) {
 					c.FramesOnBlocks = true
 				}
@@ -583,8 +581,11 @@ func computeCaps(s *snapshot.Snapshot) {
 			}
 		}
 	}
-	allocated := map[uint64]bool{}
-	for _, evs := range s.DeviceTraces {
+	// Blocks allocated in the trace and not yet completely freed: a free of anything else, or
+	// a live block at the end that is not among them, means the trace misses its beginning.
+	inTrace := map[uint64]bool{}
+	for dev, evs := range s.DeviceTraces {
+		clear(inTrace)
 		for _, e := range evs {
 			if e.Action != snapshot.ActionSnapshot {
 				c.HasTrace = true
@@ -592,21 +593,29 @@ func computeCaps(s *snapshot.Snapshot) {
 			note(e.Stack)
 			switch e.Action {
 			case snapshot.ActionAlloc:
-				allocated[e.Addr] = true
+				inTrace[e.Addr] = true
 				c.FramesOnAllocs = c.FramesOnAllocs || nonEmpty(e.Stack)
 			case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
 				c.FramesOnFrees = c.FramesOnFrees || nonEmpty(e.Stack)
-				if !allocated[e.Addr] {
+				if !inTrace[e.Addr] {
 					c.TraceIncomplete = true
+				}
+				if e.Action == snapshot.ActionFreeCompleted {
+					delete(inTrace, e.Addr)
 				}
 			}
 		}
-	}
-	if c.HasTrace {
-		for addr := range live {
-			if !allocated[addr] {
-				c.TraceIncomplete = true
-				break
+		if !c.HasTrace {
+			continue
+		}
+		for _, seg := range s.Segments {
+			if seg.Device != dev {
+				continue
+			}
+			for _, b := range seg.Blocks {
+				if b.State != snapshot.StateInactive && !inTrace[b.Address] {
+					c.TraceIncomplete = true
+				}
 			}
 		}
 	}

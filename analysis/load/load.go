@@ -140,7 +140,11 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 		}
 	case first[0] == 0x80 || first[0] == '(' || first[0] == '}' || first[0] == ']':
 		format.Encoding = "pickle"
-		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents})
+		hint := size
+		if format.Gzip {
+			hint = 0
+		}
+		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents, SizeHint: hint})
 		if err != nil {
 			var pe *pickle.Error
 			if errors.As(err, &pe) {

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"unsafe"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -44,6 +45,11 @@ type Options struct {
 	// MaxEvents, when positive, keeps only the newest MaxEvents events of each trace list
 	// while decoding, so memory stays bounded whatever the trace length.
 	MaxEvents int
+	// SizeHint, when positive, is the input's size in bytes. Event lists are then sized up
+	// front for the most events such an input can hold: capacity that is never written costs
+	// no resident memory, and growing a list of millions of events by copying costs seconds
+	// of page faults.
+	SizeHint int64
 }
 
 // EventList is a decoded device trace: the kept events, oldest first, and how many older
@@ -91,11 +97,12 @@ type val struct {
 // so memory follows the snapshot's size, not the number of dicts in the file.
 type object struct {
 	items    []val
-	ev       *eventList // a list of reduced trace events
-	red      uint64     // the reduction's payload (see redKind)
-	redKind  kind       // kNone until reduced; then kStack, kFrame or kEvent
-	shared   bool       // more references may exist than the one memo slot
-	memoSlot int32      // the memo slot holding this object, -1 if none
+	frames   []snapshot.FrameID // a list holding only frames, before it is reduced to a stack
+	ev       *eventList         // a list of reduced trace events
+	red      uint64             // the reduction's payload (see redKind)
+	redKind  kind               // kNone until reduced; then kStack, kFrame or kEvent
+	shared   bool               // more references may exist than the one memo slot
+	memoSlot int32              // the memo slot holding this object, -1 if none
 }
 
 type eventList struct {
@@ -110,28 +117,30 @@ const (
 )
 
 type decoder struct {
-	src          io.Reader
-	buf          []byte // buf[pos:end] is read but not yet decoded
-	pos, end     int
-	base         int64 // input offset of buf[0]
-	srcDone      bool  // src returned EOF or an error
-	opAt         int64 // offset of the opcode being executed
-	stack        []val
-	marks        []int
-	memo         []val
-	memoHi       map[uint64]val
-	objs         []object
-	free         []uint32 // recycled object indexes
-	in           *snapshot.Interner
-	extras       []snapshot.EventExtra
-	extraID      map[snapshot.EventExtra]uint32
-	loose        []snapshot.Event
-	proto        int
-	typeTag      bool
-	ctx          context.Context
-	opt          Options
-	nextProgress int64
-	frameBuf     []snapshot.FrameID
+	src      io.Reader
+	buf      []byte // buf[pos:end] is read but not yet decoded
+	pos, end int
+	base     int64 // input offset of buf[0]
+	srcDone  bool  // src returned EOF or an error
+	opAt     int64 // offset of the opcode being executed
+	stack    []val
+	marks    []int
+	memo     memoTable
+	memoHi   map[uint64]val
+	objs     []object
+	// Recycled object indexes, dicts apart from lists so that a reused object's item
+	// capacity fits its next use (frames lists are long, event dicts short).
+	freeLists, freeDicts []uint32
+	in                   *snapshot.Interner
+	extras               []snapshot.EventExtra
+	extraID              map[snapshot.EventExtra]uint32
+	loose                []snapshot.Event
+	proto                int
+	typeTag              bool
+	ctx                  context.Context
+	opt                  Options
+	nextProgress         int64
+	frameBuf             []snapshot.FrameID
 }
 
 // Decode decodes one pickle from r. Bytes after STOP are not read.
@@ -267,14 +276,18 @@ func (d *decoder) popMark(at int64, op string) ([]val, error) {
 }
 
 func (d *decoder) newObj(k kind, items []val) val {
-	if n := len(d.free); n > 0 {
-		i := d.free[n-1]
-		d.free = d.free[:n-1]
+	free := &d.freeLists
+	if k == kDict {
+		free = &d.freeDicts
+	}
+	if n := len(*free); n > 0 {
+		i := (*free)[n-1]
+		*free = (*free)[:n-1]
 		o := &d.objs[i]
 		if items == nil {
 			items = o.items[:0]
 		}
-		*o = object{items: items, memoSlot: -1}
+		*o = object{items: items, frames: o.frames[:0], memoSlot: -1}
 		return val{k: k, x: uint64(i)}
 	}
 	d.objs = append(d.objs, object{items: items, memoSlot: -1})
@@ -290,19 +303,16 @@ func (d *decoder) share(v val) {
 
 func (d *decoder) memoize(idx uint64, v val) {
 	if v.k == kList || v.k == kDict || v.k == kTuple {
-		if o := &d.objs[v.x]; o.memoSlot == -1 && idx < uint64(len(d.memo))+4096 {
+		if o := &d.objs[v.x]; o.memoSlot == -1 && idx < d.memo.n+4096 && idx < 1<<31 {
 			o.memoSlot = int32(idx)
 		} else {
 			o.shared = true
 		}
 	}
-	// Dense slots grow the slice only near its end: a far index (a hostile LONG_BINPUT) goes
+	// Dense slots grow the table only near its end: a far index (a hostile LONG_BINPUT) goes
 	// to the map, so the memo never costs more than the input.
-	if idx < uint64(len(d.memo))+4096 {
-		for uint64(len(d.memo)) <= idx {
-			d.memo = append(d.memo, val{k: kMark}) // kMark = unset slot
-		}
-		d.memo[idx] = v
+	if idx < d.memo.n+4096 {
+		d.memo.set(idx, v)
 		return
 	}
 	if d.memoHi == nil {
@@ -312,8 +322,8 @@ func (d *decoder) memoize(idx uint64, v val) {
 }
 
 func (d *decoder) memoGet(at int64, idx uint64) (val, error) {
-	if idx < uint64(len(d.memo)) && d.memo[idx].k != kMark {
-		v := d.resolved(d.memo[idx])
+	if p := d.memo.at(idx); p != nil && p.k != kMark {
+		v := d.resolved(*p)
 		d.share(v)
 		return v, nil
 	}
@@ -378,7 +388,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
-			d.memoize(uint64(len(d.memo)), *t)
+			d.memoize(d.memo.n, *t)
 		case 'q': // BINPUT
 			b, err := d.read(1)
 			if err != nil {
@@ -743,4 +753,38 @@ func decodeLong(raw []byte) val {
 		b.Sub(b, new(big.Int).Lsh(big.NewInt(1), uint(8*n)))
 	}
 	return val{k: kBig, s: b.String()}
+}
+
+// memoTable is the dense part of the memo, in fixed pages so that growing it never copies.
+type memoTable struct {
+	pages [][]val
+	n     uint64 // slots 0..n-1 exist (unset ones hold kMark); pages beyond n are zero
+}
+
+const memoPageBits = 17 // 4 MiB pages: each holds at least one aligned huge page
+
+func (m *memoTable) at(i uint64) *val {
+	if i >= m.n {
+		return nil
+	}
+	return m.slot(i)
+}
+
+func (m *memoTable) set(i uint64, v val) {
+	for m.n <= i {
+		if m.n>>memoPageBits == uint64(len(m.pages)) {
+			page := make([]val, 1<<memoPageBits)
+			adviseHuge(unsafe.Pointer(unsafe.SliceData(page)), uintptr(len(page))*unsafe.Sizeof(val{}))
+			m.pages = append(m.pages, page)
+		}
+		if m.n < i { // a slot skipped by BINPUT stays unset
+			*m.slot(m.n) = val{k: kMark}
+		}
+		m.n++
+	}
+	*m.slot(i) = v
+}
+
+func (m *memoTable) slot(i uint64) *val {
+	return &m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)]
 }

@@ -3,7 +3,9 @@ package pickle
 import (
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
+	"unsafe"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -23,15 +25,21 @@ func (d *decoder) resolved(v val) val {
 func (d *decoder) reduceTo(v, r val) {
 	o := &d.objs[v.x]
 	if !o.shared {
-		if slot := o.memoSlot; slot >= 0 && int(slot) < len(d.memo) && d.memo[slot].k == v.k && d.memo[slot].x == v.x {
-			d.memo[slot] = r
+		if slot := o.memoSlot; slot >= 0 {
+			if p := d.memo.at(uint64(slot)); p != nil && p.k == v.k && p.x == v.x {
+				*p = r
+			}
 		}
-		o.items, o.ev = o.items[:0], nil
-		d.free = append(d.free, uint32(v.x))
+		o.items, o.frames, o.ev = o.items[:0], o.frames[:0], nil
+		if v.k == kDict {
+			d.freeDicts = append(d.freeDicts, uint32(v.x))
+		} else {
+			d.freeLists = append(d.freeLists, uint32(v.x))
+		}
 		return
 	}
 	o.red, o.redKind = r.x, r.k
-	o.items = nil
+	o.items, o.frames = nil, nil
 }
 
 // appendItems appends to a list, reducing frame dicts to frame ids and trace event dicts to
@@ -48,7 +56,7 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 				it = fr
 			} else if o := &d.objs[it.x]; isEventDict(o.items) {
 				lst := &d.objs[target.x]
-				if len(lst.items) > 0 {
+				if len(lst.items) > 0 || len(lst.frames) > 0 {
 					return d.fail(at, "a list mixes trace events with other values")
 				}
 				ev, err := d.event(at, o.items)
@@ -56,7 +64,7 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 					return err
 				}
 				if lst.ev == nil {
-					lst.ev = &eventList{}
+					lst.ev = &eventList{events: d.newEvents()}
 				}
 				lst.ev.events = append(lst.ev.events, ev)
 				d.bound(lst.ev)
@@ -76,13 +84,43 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 			lst.ev.events = append(lst.ev.events, d.eventAt(it))
 			continue
 		}
-		if it.k == kEvent && len(lst.items) == 0 {
+		if it.k == kEvent && len(lst.items) == 0 && len(lst.frames) == 0 {
 			lst.ev = &eventList{events: []snapshot.Event{d.eventAt(it)}}
 			continue
+		}
+		// A list of frames (the hot case: a traceback) keeps bare frame ids.
+		if it.k == kFrame && len(lst.items) == 0 {
+			lst.frames = append(lst.frames, snapshot.FrameID(it.x))
+			continue
+		}
+		if len(lst.frames) > 0 { // something else joins the frames: back to plain values
+			for _, f := range lst.frames {
+				lst.items = append(lst.items, val{k: kFrame, x: uint64(f)})
+			}
+			lst.frames = lst.frames[:0]
 		}
 		lst.items = append(lst.items, it)
 	}
 	return nil
+}
+
+// minEventBytes is less than the smallest pickled trace event: EMPTY_DICT MEMOIZE MARK, four
+// memoised keys with small values, SETITEMS, APPENDS share.
+const minEventBytes = 32
+
+// newEvents returns an empty event list with room for as many events as the input can hold,
+// when its size is known (bounded by Options.MaxEvents).
+func (d *decoder) newEvents() []snapshot.Event {
+	n := d.opt.SizeHint / minEventBytes
+	if d.opt.MaxEvents > 0 {
+		n = min(n, 2*int64(d.opt.MaxEvents))
+	}
+	if n <= 1024 {
+		return nil
+	}
+	evs := make([]snapshot.Event, 0, n)
+	adviseHuge(unsafe.Pointer(unsafe.SliceData(evs)), uintptr(n)*unsafe.Sizeof(snapshot.Event{}))
+	return evs
 }
 
 // bound drops the oldest events of a list beyond Options.MaxEvents, amortised: the list is
@@ -115,6 +153,8 @@ func (d *decoder) setItems(at int64, target val, items []val) error {
 	if target.k != kDict {
 		return d.fail(at, "SETITEMS on a %s, not a dict", target.k)
 	}
+	dict := &d.objs[target.x]
+	dict.items = slices.Grow(dict.items, len(items))
 	for i := 0; i+1 < len(items); i += 2 {
 		k, v := d.resolved(items[i]), d.resolved(items[i+1])
 		if k.k == kStr && k.s == "frames" && v.k == kList {
@@ -177,6 +217,9 @@ func (d *decoder) stackOf(v val) (val, bool) {
 	o := &d.objs[v.x]
 	if o.ev != nil {
 		return val{}, false
+	}
+	if len(o.items) == 0 {
+		return val{k: kStack, x: uint64(d.in.Stack(o.frames))}, true
 	}
 	ids := d.frameBuf[:0]
 	for _, it := range o.items {
@@ -353,8 +396,14 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 			}
 			return EventList{Events: evs, Dropped: dropped}, nil
 		}
-		out := make([]any, len(o.items))
-		for i, it := range o.items {
+		items := o.items
+		if len(items) == 0 && len(o.frames) > 0 {
+			for _, f := range o.frames {
+				items = append(items, val{k: kFrame, x: uint64(f)})
+			}
+		}
+		out := make([]any, len(items))
+		for i, it := range items {
 			t, err := d.toTree(it, depth+1)
 			if err != nil {
 				return nil, err

@@ -1,6 +1,9 @@
 package snapshot
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Interner deduplicates frames by content and stacks by their frame sequence while a
 // snapshot is being built. Both loaders (the fast pickle path and the generic one) use it, so
@@ -9,7 +12,8 @@ type Interner struct {
 	Frames  []Frame
 	Stacks  [][]FrameID
 	frameID map[Frame]FrameID
-	stackID map[string]StackID
+	byHash  map[uint64]StackID
+	stackID map[string]StackID // stacks whose hash collided with another's
 	keyBuf  []byte
 }
 
@@ -18,7 +22,8 @@ func NewInterner() *Interner {
 	return &Interner{
 		Stacks:  [][]FrameID{{}},
 		frameID: map[Frame]FrameID{},
-		stackID: map[string]StackID{"": EmptyStack},
+		byHash:  map[uint64]StackID{14695981039346656037: EmptyStack},
+		stackID: map[string]StackID{},
 	}
 }
 
@@ -33,18 +38,35 @@ func (in *Interner) Frame(f Frame) FrameID {
 	return id
 }
 
-// Stack interns a frame sequence; ids is not retained.
+// Stack interns a frame sequence; ids is not retained. Stacks are found by a hash of their
+// frame ids and confirmed by comparing the ids, so no key is built per lookup.
 func (in *Interner) Stack(ids []FrameID) StackID {
+	h := uint64(14695981039346656037)
+	for _, id := range ids {
+		h = (h ^ uint64(uint32(id))) * 1099511628211
+	}
+	if id, ok := in.byHash[h]; ok && slices.Equal(in.Stacks[id], ids) {
+		return id
+	} else if ok { // a hash collision: fall back to the exact key
+		return in.stackByKey(ids)
+	}
+	id := StackID(len(in.Stacks))
+	in.Stacks = append(in.Stacks, slices.Clone(ids))
+	in.byHash[h] = id
+	return id
+}
+
+func (in *Interner) stackByKey(ids []FrameID) StackID {
 	b := in.keyBuf[:0]
 	for _, id := range ids {
 		b = append(b, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
 	}
 	in.keyBuf = b
-	if id, ok := in.stackID[string(b)]; ok { // no allocation for the lookup
+	if id, ok := in.stackID[string(b)]; ok {
 		return id
 	}
 	id := StackID(len(in.Stacks))
-	in.Stacks = append(in.Stacks, append([]FrameID(nil), ids...))
+	in.Stacks = append(in.Stacks, slices.Clone(ids))
 	in.stackID[string(b)] = id
 	return id
 }
