@@ -81,20 +81,28 @@ func (c *Cache) Used() int64 {
 // Get returns the snapshot at path, loading it at most once for concurrent callers. progress
 // (may be nil) receives this caller's view of the load's progress.
 func (c *Cache) Get(ctx context.Context, path string, progress func(done, total int64)) (*snapshot.Snapshot, error) {
+	s, _, err := c.get(ctx, path, progress)
+	return s, err
+}
+
+// get is Get that also returns the version of the file served ("path|size|mtime"), for memos.
+func (c *Cache) get(ctx context.Context, path string, progress func(done, total int64)) (*snapshot.Snapshot, string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		// Let the loader phrase the error (no such file, permission denied).
-		return c.loader(ctx, path, load.Options{})
+		s, err := c.loader(ctx, path, load.Options{})
+		return s, "", err
 	}
 	if st.IsDir() {
-		return nil, &load.Error{File: path, Offset: -1, Msg: "is a directory, not a snapshot file"}
+		return nil, "", &load.Error{File: path, Offset: -1, Msg: "is a directory, not a snapshot file"}
 	}
 	key := cacheKey{path, st.Size(), st.ModTime().UnixNano()}
+	version := fmt.Sprintf("%s|%d|%d", key.path, key.size, key.mtime)
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.lru.MoveToFront(el)
 		c.mu.Unlock()
-		return el.Value.(*cacheEntry).snap, nil
+		return el.Value.(*cacheEntry).snap, version, nil
 	}
 	f := c.inflight[key]
 	if f == nil {
@@ -117,7 +125,7 @@ func (c *Cache) Get(ctx context.Context, path string, progress func(done, total 
 		c.mu.Lock()
 		delete(f.progress, id)
 		c.mu.Unlock()
-		return f.snap, f.err
+		return f.snap, version, f.err
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(f.progress, id)
@@ -129,7 +137,7 @@ func (c *Cache) Get(ctx context.Context, path string, progress func(done, total 
 			}
 		}
 		c.mu.Unlock()
-		return nil, fmt.Errorf("loading %s: %w", path, ctx.Err())
+		return nil, "", fmt.Errorf("loading %s: %w", path, ctx.Err())
 	}
 }
 

@@ -20,11 +20,11 @@ func diffTool(e *env) (server.ServerTool, error) {
 	return declare("diff",
 		"What grew between two snapshots of the same run: live (allocated) memory matched by site (file:line of the user's code, immune to address reuse), sorted by growth, with recognised patterns and their fixes: retained_autograd_graph, growing_container, optimizer_state_first_step (not a leak), no_growth. Take the snapshots k steps apart at the same point of the loop.",
 		func(ctx context.Context, in DiffInput) (*analysis.DiffResult, error) {
-			before, err := e.snapshotAt(ctx, in.Before, "before")
+			before, v1, err := e.snapshotAt(ctx, in.Before, "before")
 			if err != nil {
 				return nil, err
 			}
-			after, err := e.snapshotAt(ctx, in.After, "after")
+			after, v2, err := e.snapshotAt(ctx, in.After, "after")
 			if err != nil {
 				return nil, err
 			}
@@ -32,7 +32,9 @@ func diffTool(e *env) (server.ServerTool, error) {
 			if limit <= 0 {
 				limit = 10
 			}
-			r, err := analysis.Diff(before, after, analysis.DiffOptions{Limit: limit, Device: analysis.AllDevices})
+			r, err := memoized(e, "diff", limit, []string{v1, v2}, func() (*analysis.DiffResult, error) {
+				return analysis.Diff(before, after, analysis.DiffOptions{Limit: limit, Device: analysis.AllDevices})
+			})
 			if err != nil {
 				return nil, fmt.Errorf("diff: %w", err)
 			}

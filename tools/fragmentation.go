@@ -19,7 +19,7 @@ func fragmentationTool(e *env) (server.ServerTool, error) {
 	return declare("fragmentation",
 		"How the cached memory is split, per device, pool, stream and segment type: free (inactive) bytes, the largest free block (the largest request served without cudaMalloc), releasable bytes (fully free segments, what empty_cache() returns) vs stranded bytes (free space in segments that still hold a live tensor), rounding waste, and advice (expandable_segments, max_split_size_mb).",
 		func(ctx context.Context, in FragmentationInput) (*analysis.FragmentationResult, error) {
-			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			snap, version, err := e.snapshotAt(ctx, in.Path, "path")
 			if err != nil {
 				return nil, err
 			}
@@ -30,6 +30,8 @@ func fragmentationTool(e *env) (server.ServerTool, error) {
 			if in.Device != nil {
 				opt.Device = *in.Device
 			}
-			return analysis.Fragmentation(snap, opt)
+			return memoized(e, "fragmentation", opt, []string{version}, func() (*analysis.FragmentationResult, error) {
+				return analysis.Fragmentation(snap, opt)
+			})
 		}, e.maxText)
 }

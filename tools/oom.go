@@ -18,7 +18,7 @@ func oomTool(e *env) (server.ServerTool, error) {
 	return declare("oom-report",
 		"Why each CUDA out-of-memory in the trace happened: verdict capacity (live tensors fill the device), fragmentation (enough cached free memory but no block large enough) or outside_pytorch (another process or the CUDA context holds the device), the failing site and request size, memory at the OOM, the live sites by category, and concrete fixes. event_index points into device_traces for read-raw-section.",
 		func(ctx context.Context, in OOMInput) (*analysis.OOMResult, error) {
-			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			snap, version, err := e.snapshotAt(ctx, in.Path, "path")
 			if err != nil {
 				return nil, err
 			}
@@ -26,6 +26,8 @@ func oomTool(e *env) (server.ServerTool, error) {
 			if limit <= 0 {
 				limit = 10
 			}
-			return analysis.OOMReport(ctx, snap, analysis.OOMOptions{Limit: limit})
+			return memoized(e, "oom-report", limit, []string{version}, func() (*analysis.OOMResult, error) {
+				return analysis.OOMReport(ctx, snap, analysis.OOMOptions{Limit: limit})
+			})
 		}, e.maxText)
 }

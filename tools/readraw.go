@@ -21,7 +21,7 @@ func readRawTool(e *env) (server.ServerTool, error) {
 	return declare("read-raw-section",
 		"Raw evidence from one part of the snapshot, paged and capped: allocator_settings, external_annotations, segments (one line each), segments[N] (a segment and its blocks), segments[N].blocks[A:B], device_traces[D] or device_traces[D][A:B] (trace events; oom-report's event_index points here), stacks[ID]. Every stack_id in the items is rendered once in stacks. Use it to check a claim, not to browse: the other tools summarise.",
 		func(ctx context.Context, in ReadRawInput) (*raw.Result, error) {
-			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			snap, _, err := e.snapshotAt(ctx, in.Path, "path")
 			if err != nil {
 				return nil, err
 			}

@@ -44,7 +44,7 @@ func addSectionTemplate(s *server.MCPServer, e *env) {
 			if err != nil {
 				return nil, err
 			}
-			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			snap, _, err := e.snapshotAt(ctx, in.Path, "path")
 			if err != nil {
 				return nil, errors.New(errorText("snapshot section", err))
 			}

@@ -44,6 +44,7 @@ const DefaultMaxTextBytes = 8192
 // env is what every tool handler shares.
 type env struct {
 	cache   *Cache
+	memo    *memo
 	roots   *roots
 	maxText int
 }
@@ -54,7 +55,7 @@ func NewServer(cfg Config) (*server.MCPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cache: NewCache(cfg.CacheBytes, cfg.Loader), roots: rs, maxText: cfg.MaxTextBytes}
+	e := &env{cache: NewCache(cfg.CacheBytes, cfg.Loader), memo: newMemo(64), roots: rs, maxText: cfg.MaxTextBytes}
 	if e.maxText <= 0 {
 		e.maxText = DefaultMaxTextBytes
 	}
@@ -229,15 +230,16 @@ func withProgress(ctx context.Context, req mcp.CallToolRequest) context.Context 
 	return context.WithValue(ctx, progressKey{}, fn)
 }
 
-// snapshotAt resolves path against the roots and returns the cached or freshly loaded snapshot.
-func (e *env) snapshotAt(ctx context.Context, path, field string) (*snapshot.Snapshot, error) {
+// snapshotAt resolves path against the roots and returns the cached or freshly loaded
+// snapshot and the version of the file served (for memoized results).
+func (e *env) snapshotAt(ctx context.Context, path, field string) (*snapshot.Snapshot, string, error) {
 	p, err := e.roots.resolve(ctx, path, field)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if load.IsDir(p) {
-		return nil, userErrorf("%s %q is a directory; give one snapshot file (summarize alone accepts a directory of per-rank snapshots)", field, path)
+		return nil, "", userErrorf("%s %q is a directory; give one snapshot file (summarize alone accepts a directory of per-rank snapshots)", field, path)
 	}
 	progress, _ := ctx.Value(progressKey{}).(func(int64, int64))
-	return e.cache.Get(ctx, p, progress)
+	return e.cache.get(ctx, p, progress)
 }

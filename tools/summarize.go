@@ -34,11 +34,13 @@ func summarizeTool(e *env) (server.ServerTool, error) {
 				}
 				return analysis.SummarizeRanks(ctx, p, ranks, opt)
 			}
-			snap, err := e.snapshotAt(ctx, p, "path")
+			snap, version, err := e.snapshotAt(ctx, p, "path")
 			if err != nil {
 				return nil, err
 			}
-			s, err := analysis.Summarize(ctx, snap, opt)
+			s, err := memoized(e, "summarize", in, []string{version}, func() (*analysis.Summary, error) {
+				return analysis.Summarize(ctx, snap, opt)
+			})
 			if err != nil && in.Device != nil {
 				return nil, userErrorf("%v: call summarize without device to see every device", err)
 			}

@@ -24,7 +24,7 @@ func topStacksTool(e *env) (server.ServerTool, error) {
 	return declare("top-stacks",
 		"Who holds the memory at the snapshot: blocks grouped by the user's own source line (site), largest first, with a category guess (parameter, gradient, optimizer_state, activation, …), the evidence and a short filtered stack. Use state=inactive to see whose freed memory sits in the cache, state=pending for cross-stream delayed frees. Site ids (model.py:41) match diff and oom-report.",
 		func(ctx context.Context, in TopStacksInput) (*analysis.TopStacksResult, error) {
-			snap, err := e.snapshotAt(ctx, in.Path, "path")
+			snap, version, err := e.snapshotAt(ctx, in.Path, "path")
 			if err != nil {
 				return nil, err
 			}
@@ -35,6 +35,8 @@ func topStacksTool(e *env) (server.ServerTool, error) {
 			if in.Device != nil {
 				opt.Device = *in.Device
 			}
-			return analysis.TopStacks(snap, opt)
+			return memoized(e, "top-stacks", opt, []string{version}, func() (*analysis.TopStacksResult, error) {
+				return analysis.TopStacks(snap, opt)
+			})
 		}, e.maxText)
 }
