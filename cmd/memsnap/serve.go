@@ -78,14 +78,7 @@ func serveHTTP(ctx context.Context, c *cobra.Command, srv *server.MCPServer, add
 	if !allowRemote && !isLoopback(host) {
 		return fmt.Errorf("--http %q is not a loopback address: use 127.0.0.1 or localhost, or pass --allow-remote (with --token)", addr)
 	}
-	mcpHTTP := server.NewStreamableHTTPServer(srv, server.WithEndpointPath("/mcp"),
-		server.WithDisableLocalhostProtection(allowRemote))
-	var h http.Handler = mcpHTTP
-	if token != "" {
-		h = bearer(token, h)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
+	mux, mcpHTTP := httpHandler(srv, token, allowRemote)
 	hs := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -104,6 +97,19 @@ func serveHTTP(ctx context.Context, c *cobra.Command, srv *server.MCPServer, add
 		_ = hs.Shutdown(sctx)
 		return nil
 	}
+}
+
+// httpHandler serves MCP at /mcp, behind a bearer check when token is set.
+func httpHandler(srv *server.MCPServer, token string, allowRemote bool) (http.Handler, *server.StreamableHTTPServer) {
+	mcpHTTP := server.NewStreamableHTTPServer(srv, server.WithEndpointPath("/mcp"),
+		server.WithDisableLocalhostProtection(allowRemote))
+	var h http.Handler = mcpHTTP
+	if token != "" {
+		h = bearer(token, h)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	return mux, mcpHTTP
 }
 
 func isLoopback(host string) bool {
