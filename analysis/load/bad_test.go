@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // p4 wraps opcodes in a protocol-4 header and a STOP.
@@ -146,6 +148,34 @@ func TestMinimalForms(t *testing.T) {
 		}
 		if s.Format.TopLevelList != c.list || len(s.Segments) != 0 {
 			t.Errorf("%s: format %+v, %d segments", c.name, s.Format, len(s.Segments))
+		}
+	}
+}
+
+// TestNewestEventFields: the newest PyTorch's optional event fields are kept, on the fast path
+// and on the JSON path alike.
+func TestNewestEventFields(t *testing.T) {
+	event := p4("}(", sstr("segments"), "]", sstr("device_traces"), "]]}(",
+		sstr("action"), sstr("alloc"), sstr("addr"), "K\x00", sstr("size"), "M\x00\x02", sstr("stream"), "K\x00",
+		sstr("pool_id"), "K\x01K\x02\x86", sstr("forward_frames"), "](", sstr("model.py:3 fwd"), sstr("train.py:9 step"), "e",
+		sstr("category"), sstr("activation"), sstr("internal_metadata"), sstr("x"), sstr("user_metadata"), sstr("u"),
+		sstr("compile_context"), sstr("N/A"), "uaau")
+	js := []byte(`{"segments": [], "device_traces": [[{"action": "alloc", "addr": 0, "size": 512, "stream": 0,
+		"pool_id": [1, 2], "forward_frames": ["model.py:3 fwd", "train.py:9 step"], "category": "activation",
+		"internal_metadata": "x", "user_metadata": "u", "compile_context": "N/A"}]]}`)
+	want := snapshot.EventExtra{CompileContext: "N/A", UserMetadata: "u", PoolID: snapshot.PoolID{1, 2},
+		ForwardFrames: "model.py:3 fwd\ntrain.py:9 step", Category: "activation", InternalMetadata: "x"}
+	for name, data := range map[string][]byte{"pickle": event, "json": js} {
+		s, err := Reader(context.Background(), bytes.NewReader(data), name, 0, Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(s.DeviceTraces) != 1 || len(s.DeviceTraces[0]) != 1 {
+			t.Fatalf("%s: traces %+v", name, s.DeviceTraces)
+		}
+		e := s.DeviceTraces[0][0]
+		if got := s.EventExtras[e.Extra]; got != want || e.Size != 512 || e.Action != snapshot.ActionAlloc {
+			t.Errorf("%s: event %+v extra %+v, want %+v", name, e, got, want)
 		}
 	}
 }

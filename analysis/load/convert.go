@@ -388,6 +388,24 @@ func (c *converter) event(m map[string]any) (snapshot.Event, error) {
 	}
 	extra.CompileContext, _ = m["compile_context"].(string)
 	extra.UserMetadata, _ = m["user_metadata"].(string)
+	extra.Category, _ = m["category"].(string)
+	extra.InternalMetadata, _ = m["internal_metadata"].(string)
+	if pid, ok := m["pool_id"].([]any); ok && len(pid) == 2 {
+		a, err1 := toInt(pid[0])
+		b, err2 := toInt(pid[1])
+		if err1 == nil && err2 == nil {
+			extra.PoolID = snapshot.PoolID{a, b}
+		}
+	}
+	if ff, ok := m["forward_frames"].([]any); ok {
+		var lines []string
+		for _, l := range ff {
+			if s, ok := l.(string); ok {
+				lines = append(lines, s)
+			}
+		}
+		extra.ForwardFrames = strings.Join(lines, "\n")
+	}
 	if extra != (snapshot.EventExtra{}) {
 		id, ok := c.extraID[extra]
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -283,6 +284,30 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 		case "user_metadata":
 			if x.k == kStr {
 				extra.UserMetadata = x.s
+			}
+		case "category":
+			if x.k == kStr {
+				extra.Category = x.s
+			}
+		case "internal_metadata":
+			if x.k == kStr {
+				extra.InternalMetadata = x.s
+			}
+		case "pool_id":
+			if x.k == kTuple || x.k == kList {
+				if items := d.objs[x.x].items; len(items) == 2 && items[0].k == kInt && items[1].k == kInt {
+					extra.PoolID = snapshot.PoolID{int64(items[0].x), int64(items[1].x)}
+				}
+			}
+		case "forward_frames":
+			if x.k == kList {
+				var lines []string
+				for _, it := range d.objs[x.x].items {
+					if it.k == kStr {
+						lines = append(lines, it.s)
+					}
+				}
+				extra.ForwardFrames = strings.Join(lines, "\n")
 			}
 		}
 		if err != nil {

@@ -161,6 +161,12 @@ type EventExtra struct {
 	CompileContext string `json:"compile_context,omitempty"`
 	UserMetadata   string `json:"user_metadata,omitempty"`
 	ActionName     string `json:"action_name,omitempty"` // raw action for ActionOther
+	// Fields of the newest PyTorch: the event's memory pool, the forward-pass stack of a
+	// backward allocation (formatted lines joined by newlines), profiler-converted categories.
+	PoolID           PoolID `json:"pool_id,omitempty"`
+	ForwardFrames    string `json:"forward_frames,omitempty"`
+	Category         string `json:"category,omitempty"`
+	InternalMetadata string `json:"internal_metadata,omitempty"`
 }
 
 // Annotation is one external_annotations entry (record_function / profiler spans).
