@@ -302,6 +302,11 @@ func SummarizeRanks(ctx context.Context, dir string, ranks []load.Rank, opt Summ
 	}
 	out.CannotAnswer = cannotAnswer(out.Capabilities, out.Format)
 	out.Notes = append(out.Notes, rankOutliers(out.Ranks)...)
+	replication, err := ReplicationNotes(ctx, ranks, ReplicationOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out.Notes = append(out.Notes, replication...)
 	return out, nil
 }
 

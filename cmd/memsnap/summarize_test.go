@@ -103,8 +103,9 @@ func TestSummarizeRanks(t *testing.T) {
 	if s.Totals.ReservedBytes != 3*small.ReservedBytes+big.ReservedBytes || s.Totals.Blocks != 3*28+31 {
 		t.Errorf("totals %+v", s.Totals)
 	}
-	if len(s.Notes) == 0 || !strings.Contains(s.Notes[0], "rank 1 is an outlier") {
-		t.Errorf("notes %q, want rank 1 named as the outlier", s.Notes)
+	if len(s.Notes) != 4 || !strings.Contains(s.Notes[0], "rank 1 is an outlier: allocated 1.6 GiB vs median 72.5 MiB") ||
+		!strings.Contains(s.Notes[2], "data-parallel replication (DDP style)") || !strings.Contains(s.Notes[3], "FSDP") {
+		t.Errorf("notes %q, want rank 1 named as the outlier and the DDP replication with its fix", s.Notes)
 	}
 }
 
