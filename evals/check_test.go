@@ -171,6 +171,14 @@ func TestParseRoots(t *testing.T) {
 	if args["path"] != "/repo/x.pickle" || args["device"] != 0 {
 		t.Fatalf("args %v", args)
 	}
+	if got := s.Roots(); len(got) != 1 || got[0] != "/repo" {
+		t.Fatalf("Roots() = %q: absent extra roots must be left out", got)
+	}
+	dir := t.TempDir()
+	s.ExtraRoots = []string{dir}
+	if got := s.Roots(); len(got) != 2 || got[1] != dir {
+		t.Fatalf("Roots() = %q", got)
+	}
 	if s.Cases[0].Args["path"] != "x.pickle" {
 		t.Fatalf("ResolveArgs changed the case: %v", s.Cases[0].Args)
 	}
