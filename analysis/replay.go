@@ -182,6 +182,24 @@ type engine struct {
 	doubleAlloc int
 	onFreeDone  func(i int, b *liveBlk)
 	onFree      func(i int, b *liveBlk)
+	// Live blocks come from chunks and are reused once completely freed (callbacks do not
+	// keep them): a multi-million-event trace then allocates nothing per event.
+	chunk    []liveBlk
+	freeBlks []*liveBlk
+}
+
+func (e *engine) newBlk(b liveBlk) *liveBlk {
+	if n := len(e.freeBlks); n > 0 {
+		p := e.freeBlks[n-1]
+		e.freeBlks = e.freeBlks[:n-1]
+		*p = b
+		return p
+	}
+	if len(e.chunk) == cap(e.chunk) {
+		e.chunk = make([]liveBlk, 0, 4096)
+	}
+	e.chunk = append(e.chunk, b)
+	return &e.chunk[len(e.chunk)-1]
 }
 
 func newEngine(snap *snapshot.Snapshot, device int) *engine {
@@ -224,22 +242,9 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 	}
 	// Newer PyTorch records requested sizes in the trace: a block alive at the end whose last
 	// alloc event has its requested_size, not its size, says so.
-	if !e.requested {
-		lastAlloc := map[uint64]int64{}
-		for _, ev := range e.evs {
-			if ev.Action == snapshot.ActionAlloc {
-				lastAlloc[ev.Addr] = ev.Size
-			}
-		}
-		for addr, f := range finalBlocks {
-			if sz, ok := lastAlloc[addr]; ok && sz != f.b.Size && sz == f.b.RequestedSize {
-				e.requested = true
-				break
-			}
-		}
-	}
 	// First block event per address, and whether an address is ever allocated in the trace.
-	first := map[uint64]int{}
+	first := make(map[uint64]int, len(finalBlocks))
+	lastAlloc := map[uint64]int64{}
 	firstSeg := map[uint64]snapshot.Action{}
 	var segNet int64
 	for i, ev := range e.evs {
@@ -247,6 +252,11 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
 			if _, ok := first[ev.Addr]; !ok {
 				first[ev.Addr] = i
+			}
+			if ev.Action == snapshot.ActionAlloc && !e.requested {
+				if _, final := finalBlocks[ev.Addr]; final {
+					lastAlloc[ev.Addr] = ev.Size
+				}
 			}
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
 			segNet += ev.Size
@@ -260,18 +270,26 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 			}
 		}
 	}
+	if !e.requested {
+		for addr, f := range finalBlocks {
+			if sz, ok := lastAlloc[addr]; ok && sz != f.b.Size && sz == f.b.RequestedSize {
+				e.requested = true
+				break
+			}
+		}
+	}
 	// Seed blocks alive before the trace: the first event of their address is a free.
 	for addr, i := range first {
 		ev := e.evs[i]
 		switch ev.Action {
 		case snapshot.ActionFreeRequested:
-			e.live[addr] = &liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, freeReqIdx: -1}
+			e.live[addr] = e.newBlk(liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, freeReqIdx: -1})
 			e.allocated += ev.Size
 			e.active += ev.Size
 			e.preBlocks++
 			e.preBytes += ev.Size
 		case snapshot.ActionFreeCompleted:
-			e.live[addr] = &liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, pending: true, freeReqIdx: -1}
+			e.live[addr] = e.newBlk(liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, pending: true, freeReqIdx: -1})
 			e.active += ev.Size
 			e.preBlocks++
 			e.preBytes += ev.Size
@@ -286,7 +304,7 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		if e.requested && f.b.RequestedSize > 0 {
 			size = f.b.RequestedSize
 		}
-		b := &liveBlk{size: size, stack: f.b.Stack, stream: f.seg.Stream, allocIdx: -1, freeReqIdx: -1}
+		b := e.newBlk(liveBlk{size: size, stack: f.b.Stack, stream: f.seg.Stream, allocIdx: -1, freeReqIdx: -1})
 		e.active += b.size
 		if f.b.State == snapshot.StateActivePendingFree {
 			b.pending = true
@@ -332,8 +350,9 @@ func (e *engine) step() {
 				e.allocated -= old.size
 			}
 			e.active -= old.size
+			e.freeBlks = append(e.freeBlks, old)
 		}
-		e.live[ev.Addr] = &liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1}
+		e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1})
 		e.allocated += ev.Size
 		e.active += ev.Size
 	case snapshot.ActionFreeRequested:
@@ -368,6 +387,7 @@ func (e *engine) step() {
 		if e.onFreeDone != nil {
 			e.onFreeDone(i, b)
 		}
+		e.freeBlks = append(e.freeBlks, b)
 	case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
 		e.reserved += ev.Size
 		if ev.Action == snapshot.ActionSegmentAlloc {
