@@ -383,6 +383,9 @@ func (d *decoder) run() (val, error) {
 				return val{}, d.fail(at, "too many nested MARKs")
 			}
 			d.marks = append(d.marks, len(d.stack))
+			if n := len(d.stack); n > 0 && d.stack[n-1].k == kList {
+				d.frameRun()
+			}
 		case 0x94: // MEMOIZE
 			t, err := d.top(at, "MEMOIZE")
 			if err != nil {
@@ -787,4 +790,48 @@ func (m *memoTable) set(i uint64, v val) {
 
 func (m *memoTable) slot(i uint64) *val {
 	return &m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)]
+}
+
+// frameRun is the hot path of a snapshot: a traceback written as EMPTY_LIST MARK, then one
+// BINGET or LONG_BINGET per (already reduced) frame, then APPENDS. Right after the MARK it
+// appends such a run of frame references straight to the list below the mark, without
+// pushing them; if the run does not end in APPENDS, the frames go back on the stack as if
+// nothing had been skipped, and decoding continues generically.
+func (d *decoder) frameRun() {
+	lst := &d.objs[d.stack[len(d.stack)-1].x]
+	if lst.ev != nil || len(lst.items) > 0 || lst.redKind != kNone {
+		return
+	}
+	start := len(lst.frames)
+	for d.fill(5) {
+		var idx uint64
+		var width int
+		switch d.buf[d.pos] {
+		case 'h':
+			idx, width = uint64(d.buf[d.pos+1]), 2
+		case 'j':
+			idx, width = uint64(binary.LittleEndian.Uint32(d.buf[d.pos+1:])), 5
+		default:
+			if d.buf[d.pos] == 'e' || len(lst.frames) == start {
+				return // APPENDS takes the run as it stands (or there was none)
+			}
+			d.unrun(lst, start)
+			return
+		}
+		p := d.memo.at(idx)
+		if p == nil || p.k != kFrame {
+			break
+		}
+		lst.frames = append(lst.frames, snapshot.FrameID(p.x))
+		d.pos += width
+	}
+	d.unrun(lst, start)
+}
+
+// unrun puts the frames a frameRun took back on the stack.
+func (d *decoder) unrun(lst *object, start int) {
+	for _, f := range lst.frames[start:] {
+		d.push(val{k: kFrame, x: uint64(f)})
+	}
+	lst.frames = lst.frames[:start]
 }
