@@ -213,12 +213,7 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		seg *snapshot.Segment
 	}
 	finalBlocks := map[uint64]fb{}
-	for _, ev := range e.evs {
-		if ev.Action == snapshot.ActionAlloc && ev.Size%512 != 0 {
-			e.requested = true
-			break
-		}
-	}
+	e.requested = traceSizesAreRequested(snap, device, e.evs)
 	e.finalBlocks = map[uint64]snapshot.Block{}
 	for si := range snap.Segments {
 		s := &snap.Segments[si]
@@ -240,11 +235,8 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 			}
 		}
 	}
-	// Newer PyTorch records requested sizes in the trace: a block alive at the end whose last
-	// alloc event has its requested_size, not its size, says so.
 	// First block event per address, and whether an address is ever allocated in the trace.
 	first := make(map[uint64]int, len(finalBlocks))
-	lastAlloc := map[uint64]int64{}
 	firstSeg := map[uint64]snapshot.Action{}
 	var segNet int64
 	for i, ev := range e.evs {
@@ -253,11 +245,7 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 			if _, ok := first[ev.Addr]; !ok {
 				first[ev.Addr] = i
 			}
-			if ev.Action == snapshot.ActionAlloc && !e.requested {
-				if _, final := finalBlocks[ev.Addr]; final {
-					lastAlloc[ev.Addr] = ev.Size
-				}
-			}
+
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
 			segNet += ev.Size
 			if _, ok := firstSeg[ev.Addr]; !ok {
@@ -267,14 +255,6 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 			segNet -= ev.Size
 			if _, ok := firstSeg[ev.Addr]; !ok {
 				firstSeg[ev.Addr] = ev.Action
-			}
-		}
-	}
-	if !e.requested {
-		for addr, f := range finalBlocks {
-			if sz, ok := lastAlloc[addr]; ok && sz != f.b.Size && sz == f.b.RequestedSize {
-				e.requested = true
-				break
 			}
 		}
 	}
@@ -944,4 +924,37 @@ func (r *ReplayResult) Text() string {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}
 	return b.String()
+}
+
+// traceSizesAreRequested tells whether a device trace records requested bytes (newer PyTorch)
+// rather than rounded block sizes: an alloc size that is not a multiple of 512 says so, and so
+// does a block alive at the end whose last alloc event has its requested_size, not its size.
+func traceSizesAreRequested(snap *snapshot.Snapshot, device int, evs []snapshot.Event) bool {
+	for _, ev := range evs {
+		if ev.Action == snapshot.ActionAlloc && ev.Size%512 != 0 {
+			return true
+		}
+	}
+	final := map[uint64]snapshot.Block{}
+	for si := range snap.Segments {
+		if s := &snap.Segments[si]; s.Device == device {
+			for _, b := range s.Blocks {
+				if b.State != snapshot.StateInactive {
+					final[b.Address] = b
+				}
+			}
+		}
+	}
+	lastAlloc := map[uint64]int64{}
+	for _, ev := range evs {
+		if _, ok := final[ev.Addr]; ok && ev.Action == snapshot.ActionAlloc {
+			lastAlloc[ev.Addr] = ev.Size
+		}
+	}
+	for addr, b := range final {
+		if sz, ok := lastAlloc[addr]; ok && sz != b.Size && sz == b.RequestedSize {
+			return true
+		}
+	}
+	return false
 }

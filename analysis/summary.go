@@ -410,21 +410,92 @@ func (s *Summary) Text() string {
 
 type peaks struct{ allocated, reserved int64 }
 
-// replayPeaks replays one device's trace with the replay engine and keeps only the peaks, so
-// summarize stays cheap on multi-million-event traces. Without a trace the peaks are the
-// file's final state.
+// replayPeaks gives the same peaks as the full replay (ReplayDevice) in one pass with one map,
+// so summarize stays cheap on multi-million-event traces. Blocks alive before the trace (their
+// address's first event is a free, or they are alive at the end with no event) raise memory by
+// the same amount at every point, so their sum can be added once the pass has found them all:
+// peak = (blocks alive before the trace) + (highest running sum of the trace's own changes).
+// Reserved memory works the same way from the final segments. Without a trace the peaks are
+// the file's final state.
 func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, error) {
-	e := newEngine(snap, dev)
-	p := peaks{e.allocated, e.reserved}
-	for !e.done() {
-		if e.next&0xffff == 0 {
+	var evs []snapshot.Event
+	if dev < len(snap.DeviceTraces) {
+		evs = snap.DeviceTraces[dev]
+	}
+	type blk struct {
+		size          int64
+		pending, gone bool // gone: completely freed (the address has been seen)
+	}
+	seen := make(map[uint64]blk, 1024)
+	var before, running, maxRunning int64 // allocated: seeded, trace's running change, its max
+	var segNet, segRunning, maxSeg int64
+	for i, ev := range evs {
+		if i&0xffff == 0 {
 			if err := ctx.Err(); err != nil {
-				return p, fmt.Errorf("replay: %w", err)
+				return peaks{}, fmt.Errorf("replay: %w", err)
 			}
 		}
-		e.step()
-		p.allocated = max(p.allocated, e.allocated)
-		p.reserved = max(p.reserved, e.reserved)
+		switch ev.Action {
+		case snapshot.ActionAlloc:
+			if b, ok := seen[ev.Addr]; ok && !b.gone && !b.pending {
+				running -= b.size // allocated twice without a free: the replay drops the old block
+			}
+			seen[ev.Addr] = blk{size: ev.Size}
+			running += ev.Size
+		case snapshot.ActionFreeRequested:
+			b, ok := seen[ev.Addr]
+			switch {
+			case !ok: // alive before the trace
+				before += ev.Size
+				running -= ev.Size
+				seen[ev.Addr] = blk{size: ev.Size, pending: true}
+			case !b.gone && !b.pending:
+				running -= b.size
+				b.pending = true
+				seen[ev.Addr] = b
+			}
+		case snapshot.ActionFreeCompleted:
+			b, ok := seen[ev.Addr]
+			switch {
+			case !ok: // alive (pending) before the trace: never counted as allocated
+				seen[ev.Addr] = blk{gone: true}
+			case !b.gone:
+				if !b.pending {
+					running -= b.size
+				}
+				seen[ev.Addr] = blk{gone: true}
+			}
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
+			segNet += ev.Size
+			segRunning += ev.Size
+		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+			segNet -= ev.Size
+			segRunning -= ev.Size
+		}
+		maxRunning = max(maxRunning, running)
+		maxSeg = max(maxSeg, segRunning)
 	}
-	return p, nil
+	requested := traceSizesAreRequested(snap, dev, evs)
+	var finalRes int64
+	for si := range snap.Segments {
+		seg := &snap.Segments[si]
+		if seg.Device != dev {
+			continue
+		}
+		finalRes += seg.TotalSize
+		for _, b := range seg.Blocks {
+			if b.State != snapshot.StateActiveAllocated {
+				continue
+			}
+			if _, ok := seen[b.Address]; ok {
+				continue
+			}
+			size := b.Size
+			if requested && b.RequestedSize > 0 {
+				size = b.RequestedSize
+			}
+			before += size
+		}
+	}
+	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg}, nil
 }

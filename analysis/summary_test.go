@@ -1,0 +1,80 @@
+package analysis
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// TestReplayPeaksMatchFullReplay: summarize's one-pass peaks equal the full replay's on every
+// committed fixture and every real snapshot, device by device.
+func TestReplayPeaksMatchFullReplay(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/scenarios/*.pickle")
+	multi, _ := filepath.Glob("../testdata/scenarios/multirank/*.pickle")
+	real, _ := filepath.Glob("../../shared/snapshots/real/*.pickle")
+	if len(real) == 0 {
+		t.Log("../../shared/snapshots/real is absent: checking the fixtures only")
+	}
+	files = append(append(files, multi...), real...)
+	ctx := context.Background()
+	checked := 0
+	for _, path := range files {
+		snap, err := load.File(ctx, path, load.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dev := range snap.Devices() {
+			full, err := ReplayDevice(ctx, snap, ReplayOptions{Device: dev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := replayPeaks(ctx, snap, dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.allocated != full.PeakAllocatedBytes || p.reserved != full.PeakReservedBytes {
+				t.Errorf("%s device %d: peaks %d/%d, full replay %d/%d", filepath.Base(path), dev,
+					p.allocated, p.reserved, full.PeakAllocatedBytes, full.PeakReservedBytes)
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d devices checked", checked)
+	}
+}
+
+// TestReplayPeaksLateStart: blocks alive before the trace raise every point of the replay.
+func TestReplayPeaksLateStart(t *testing.T) {
+	snap := &snapshot.Snapshot{
+		Segments: []snapshot.Segment{{Device: 0, Address: 0x1000, TotalSize: 4096, Blocks: []snapshot.Block{
+			{Address: 0x1000, Size: 1024, State: snapshot.StateActiveAllocated},
+			{Address: 0x1400, Size: 3072, State: snapshot.StateInactive},
+		}}},
+		DeviceTraces: [][]snapshot.Event{{
+			{Action: snapshot.ActionFreeRequested, Addr: 0x1400, Size: 2048}, // alive before the trace
+			{Action: snapshot.ActionFreeCompleted, Addr: 0x1400, Size: 2048},
+			{Action: snapshot.ActionAlloc, Addr: 0x1400, Size: 512},
+			{Action: snapshot.ActionAlloc, Addr: 0x1600, Size: 512},
+			{Action: snapshot.ActionFreeRequested, Addr: 0x1400, Size: 512},
+			{Action: snapshot.ActionFreeCompleted, Addr: 0x1400, Size: 512},
+			{Action: snapshot.ActionFreeRequested, Addr: 0x1600, Size: 512},
+			{Action: snapshot.ActionFreeCompleted, Addr: 0x1600, Size: 512},
+		}},
+	}
+	p, err := replayPeaks(context.Background(), snap, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Start: 2048 (pre-trace) + 1024 (final block with no event) = 3072, the peak.
+	if p.allocated != 3072 || p.reserved != 4096 {
+		t.Fatalf("peaks %+v, want allocated 3072 reserved 4096", p)
+	}
+	full, _ := ReplayDevice(context.Background(), snap, ReplayOptions{})
+	if full.PeakAllocatedBytes != p.allocated {
+		t.Fatalf("full replay peak %d", full.PeakAllocatedBytes)
+	}
+}
