@@ -213,7 +213,6 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		seg *snapshot.Segment
 	}
 	finalBlocks := map[uint64]fb{}
-	e.requested = traceSizesAreRequested(snap, device, e.evs)
 	e.finalBlocks = map[uint64]snapshot.Block{}
 	for si := range snap.Segments {
 		s := &snap.Segments[si]
@@ -237,6 +236,7 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 	}
 	// First block event per address, and whether an address is ever allocated in the trace.
 	first := make(map[uint64]int, len(finalBlocks))
+	lastAlloc := map[uint64]int64{}
 	firstSeg := map[uint64]snapshot.Action{}
 	var segNet int64
 	for i, ev := range e.evs {
@@ -244,6 +244,9 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
 			if _, ok := first[ev.Addr]; !ok {
 				first[ev.Addr] = i
+			}
+			if _, final := finalBlocks[ev.Addr]; final && ev.Action == snapshot.ActionAlloc {
+				lastAlloc[ev.Addr] = ev.Size
 			}
 
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
@@ -258,6 +261,10 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 			}
 		}
 	}
+	e.requested = traceSizesAreRequested(snap, device, e.evs, func(addr uint64) (int64, bool) {
+		sz, ok := lastAlloc[addr]
+		return sz, ok
+	})
 	// Seed blocks alive before the trace: the first event of their address is a free.
 	for addr, i := range first {
 		ev := e.evs[i]
@@ -928,32 +935,24 @@ func (r *ReplayResult) Text() string {
 
 // traceSizesAreRequested tells whether a device trace records requested bytes (newer PyTorch)
 // rather than rounded block sizes: an alloc size that is not a multiple of 512 says so, and so
-// does a block alive at the end whose last alloc event has its requested_size, not its size.
-func traceSizesAreRequested(snap *snapshot.Snapshot, device int, evs []snapshot.Event) bool {
+// does a block alive at the end whose last alloc event (lastAlloc) has its requested_size, not
+// its size.
+func traceSizesAreRequested(snap *snapshot.Snapshot, device int, evs []snapshot.Event, lastAlloc func(addr uint64) (int64, bool)) bool {
 	for _, ev := range evs {
 		if ev.Action == snapshot.ActionAlloc && ev.Size%512 != 0 {
 			return true
 		}
 	}
-	final := map[uint64]snapshot.Block{}
 	for si := range snap.Segments {
 		if s := &snap.Segments[si]; s.Device == device {
 			for _, b := range s.Blocks {
-				if b.State != snapshot.StateInactive {
-					final[b.Address] = b
+				if b.State == snapshot.StateInactive {
+					continue
+				}
+				if sz, ok := lastAlloc(b.Address); ok && sz != b.Size && sz == b.RequestedSize {
+					return true
 				}
 			}
-		}
-	}
-	lastAlloc := map[uint64]int64{}
-	for _, ev := range evs {
-		if _, ok := final[ev.Addr]; ok && ev.Action == snapshot.ActionAlloc {
-			lastAlloc[ev.Addr] = ev.Size
-		}
-	}
-	for addr, b := range final {
-		if sz, ok := lastAlloc[addr]; ok && sz != b.Size && sz == b.RequestedSize {
-			return true
 		}
 	}
 	return false

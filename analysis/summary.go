@@ -475,7 +475,10 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 		maxRunning = max(maxRunning, running)
 		maxSeg = max(maxSeg, segRunning)
 	}
-	requested := traceSizesAreRequested(snap, dev, evs)
+	requested := traceSizesAreRequested(snap, dev, evs, func(addr uint64) (int64, bool) {
+		b, ok := seen[addr] // a live block's entry keeps its last alloc's size
+		return b.size, ok && !b.gone
+	})
 	var finalRes int64
 	for si := range snap.Segments {
 		seg := &snap.Segments[si]
