@@ -75,9 +75,14 @@ type OOMEvent struct {
 	LargestFreeBlockUnknown bool `json:"largest_free_block_unknown"`
 	// DeviceTotalBytes is the device size used for the verdict; DeviceTotalSource is "option"
 	// or "estimate".
-	DeviceTotalBytes  int64     `json:"device_total_bytes"`
-	DeviceTotalSource string    `json:"device_total_source"`
-	LiveSites         []OOMSite `json:"live_sites"`
+	DeviceTotalBytes  int64  `json:"device_total_bytes"`
+	DeviceTotalSource string `json:"device_total_source"`
+	// OutsidePyTorchBytes (outside_pytorch verdicts) is device total − reserved − device free:
+	// memory held by other processes, the CUDA context or other libraries. When the device size
+	// was estimated it is only a lower bound (the smallest plausible device): OutsidePyTorchLowerBound.
+	OutsidePyTorchBytes      int64     `json:"outside_pytorch_bytes"`
+	OutsidePyTorchLowerBound bool      `json:"outside_pytorch_lower_bound"`
+	LiveSites                []OOMSite `json:"live_sites"`
 	// Dominant is the category holding the most live memory (for capacity OOMs).
 	Dominant      string   `json:"dominant"`
 	DominantBytes int64    `json:"dominant_bytes"`
@@ -414,8 +419,17 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snaps
 	switch {
 	case o.DeviceFreeBytes < o.RequestedBytes && (o.ReservedBytes+o.DeviceFreeBytes)*2 < total:
 		o.Verdict = VerdictOutsidePyTorch
-		o.Explanation = fmt.Sprintf("the device had only %s free for a %s request although PyTorch reserved just %s of a %s device: about %s is held outside PyTorch's allocator",
-			FormatBytes(o.DeviceFreeBytes), req, FormatBytes(o.ReservedBytes), FormatBytes(total), FormatBytes(outsideBytes))
+		o.OutsidePyTorchBytes = outsideBytes
+		if src == "option" {
+			o.Explanation = fmt.Sprintf("the device had only %s free for a %s request although PyTorch reserved just %s of the %s device: %s is held outside PyTorch's allocator (device size − reserved − free)",
+				FormatBytes(o.DeviceFreeBytes), req, FormatBytes(o.ReservedBytes), FormatBytes(total), FormatBytes(outsideBytes))
+		} else {
+			// The file does not record the device size: say only what the data proves.
+			o.OutsidePyTorchLowerBound = true
+			seen := o.ReservedBytes + o.DeviceFreeBytes
+			o.Explanation = fmt.Sprintf("the device had only %s free for a %s request although PyTorch reserved just %s: together %s, under half of even the smallest GPU that holds them (%s), so the rest of the device is held outside PyTorch's allocator: device size − %s, at least %s; the file does not record the device size, so the exact amount is unknown (pass it: CLI --device-memory, MCP device_memory_bytes)",
+				FormatBytes(o.DeviceFreeBytes), req, FormatBytes(o.ReservedBytes), FormatBytes(seen), FormatBytes(total), FormatBytes(seen), FormatBytes(outsideBytes))
+		}
 		o.Fixes = []string{"check other processes on the GPU (nvidia-smi) and stop them or give each its own GPU",
 			"NCCL and communication buffers, cuDNN/cuBLAS workspaces and the CUDA context use memory PyTorch does not count: reduce NCCL buffers (NCCL_BUFFSIZE) or the number of communicators",
 			"limit other frameworks in the same process (TensorFlow/JAX preallocate: XLA_PYTHON_CLIENT_PREALLOCATE=false)"}
@@ -447,7 +461,7 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snaps
 		}
 		o.Fixes = capacityFixes(o.Dominant)
 	}
-	if src == "estimate" {
+	if src == "estimate" && o.Verdict != VerdictOutsidePyTorch {
 		o.Explanation += fmt.Sprintf(" (the file does not record the device size; assumed %s, the smallest common GPU size holding reserved + free: pass the real size if it differs)", FormatBytes(total))
 	}
 }

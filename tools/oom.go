@@ -12,6 +12,8 @@ import (
 type OOMInput struct {
 	Path  string `json:"path" jsonschema:"description=Snapshot file that recorded the OOM (history on: the oom event is in device_traces); absolute or relative to the server's first root"`
 	Limit int    `json:"limit,omitempty" jsonschema:"description=Live sites listed per OOM\\, largest first (default 10),minimum=1,maximum=100,default=10"`
+	// DeviceMemoryBytes is the GPU's total memory; the file does not record it.
+	DeviceMemoryBytes int64 `json:"device_memory_bytes,omitempty" jsonschema:"description=The GPU's total memory in bytes (e.g. 17179869184 for 16 GiB; nvidia-smi shows it). The file does not record it: without it the device size is estimated and memory held outside PyTorch is only a lower bound,minimum=1"`
 }
 
 func oomTool(e *env) (server.ServerTool, error) {
@@ -26,8 +28,9 @@ func oomTool(e *env) (server.ServerTool, error) {
 			if limit <= 0 {
 				limit = 10
 			}
-			return memoized(e, "oom-report", limit, []string{version}, func() (*analysis.OOMResult, error) {
-				return analysis.OOMReport(ctx, snap, analysis.OOMOptions{Limit: limit})
+			opt := analysis.OOMOptions{Limit: limit, DeviceTotalBytes: in.DeviceMemoryBytes}
+			return memoized(e, "oom-report", opt, []string{version}, func() (*analysis.OOMResult, error) {
+				return analysis.OOMReport(ctx, snap, opt)
 			})
 		}, e.maxText)
 }
