@@ -66,7 +66,7 @@ const (
 	kBool
 	kInt   // x holds the int64
 	kUint  // x holds a uint64 above MaxInt64
-	kBig   // s holds the decimal string of a larger integer
+	kBig   // x indexes d.strs: the decimal string of a larger integer
 	kFloat // x holds the float64 bits
 	kStr
 	kBytes
@@ -80,11 +80,12 @@ const (
 	kMark // only on the mark stack bookkeeping, never a value
 )
 
-// val is one Python value on the stack or in the memo. Containers live in d.objs.
+// val is one Python value on the stack or in the memo: 16 bytes and no pointers, so the memo
+// (millions of slots) is cheap to fill and invisible to the garbage collector. Containers live
+// in d.objs and strings in d.strs; x indexes them.
 type val struct {
 	k kind
 	x uint64
-	s string
 }
 
 // object is a list, tuple or dict under construction. Dict items alternate key, value.
@@ -128,6 +129,7 @@ type decoder struct {
 	memo     memoTable
 	memoHi   map[uint64]val
 	objs     []object
+	strs     []string
 	// Recycled object indexes, dicts apart from lists so that a reused object's item
 	// capacity fits its next use (frames lists are long, event dicts short).
 	freeLists, freeDicts []uint32
@@ -441,7 +443,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
-			d.push(val{k: kStr, s: string(s)})
+			d.push(d.newStr(kStr, string(s)))
 		case 'X', 'B', 'C', 0x8d, 0x8e, 0x96: // BINUNICODE, BINBYTES, SHORT_BINBYTES, BINUNICODE8, BINBYTES8, BYTEARRAY8
 			var n uint64
 			switch op {
@@ -472,9 +474,9 @@ func (d *decoder) run() (val, error) {
 				return val{}, err
 			}
 			if op == 'X' || op == 0x8d {
-				d.push(val{k: kStr, s: string(s)})
+				d.push(d.newStr(kStr, string(s)))
 			} else {
-				d.push(val{k: kBytes, s: string(s)})
+				d.push(d.newStr(kBytes, string(s)))
 			}
 		case 'K': // BININT1
 			b, err := d.read(1)
@@ -503,7 +505,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
-			d.push(decodeLong(raw))
+			d.push(decodeLong(raw, &d.strs))
 		case 0x8b: // LONG4
 			b, err := d.read(4)
 			if err != nil {
@@ -517,7 +519,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
-			d.push(decodeLong(raw))
+			d.push(decodeLong(raw, &d.strs))
 		case 'G': // BINFLOAT (big-endian)
 			b, err := d.read(8)
 			if err != nil {
@@ -653,7 +655,7 @@ func (d *decoder) run() (val, error) {
 			if mod.k != kStr || name.k != kStr {
 				return val{}, d.fail(at, "STACK_GLOBAL needs two strings")
 			}
-			if err := d.global(at, mod.s, name.s); err != nil {
+			if err := d.global(at, d.str(mod), d.str(name)); err != nil {
 				return val{}, err
 			}
 		case 'R': // REDUCE: only restore_type_tag(obj, type_str) → obj
@@ -725,7 +727,7 @@ func (d *decoder) global(at int64, mod, name string) error {
 }
 
 // decodeLong decodes a little-endian two's-complement integer.
-func decodeLong(raw []byte) val {
+func decodeLong(raw []byte, strs *[]string) val {
 	n := len(raw)
 	if n == 0 {
 		return val{k: kInt}
@@ -755,7 +757,7 @@ func decodeLong(raw []byte) val {
 	if raw[n-1]&0x80 != 0 {
 		b.Sub(b, new(big.Int).Lsh(big.NewInt(1), uint(8*n)))
 	}
-	return val{k: kBig, s: b.String()}
+	return val{k: kBig, x: uint64(len(*strs))}.withStr(strs, b.String())
 }
 
 // memoTable is the dense part of the memo, in fixed pages so that growing it never copies.
@@ -834,4 +836,23 @@ func (d *decoder) unrun(lst *object, start int) {
 		d.push(val{k: kFrame, x: uint64(f)})
 	}
 	lst.frames = lst.frames[:start]
+}
+
+func (v val) withStr(strs *[]string, s string) val {
+	*strs = append(*strs, s)
+	return v
+}
+
+// newStr stores a string and returns its value.
+func (d *decoder) newStr(k kind, s string) val {
+	d.strs = append(d.strs, s)
+	return val{k: k, x: uint64(len(d.strs) - 1)}
+}
+
+// str is the string of a kStr, kBytes or kBig value ("" for anything else).
+func (d *decoder) str(v val) string {
+	if v.k == kStr || v.k == kBytes || v.k == kBig {
+		return d.strs[v.x]
+	}
+	return ""
 }

@@ -55,7 +55,7 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 			if fr, ok := d.frameOf(it); ok {
 				d.reduceTo(it, fr)
 				it = fr
-			} else if o := &d.objs[it.x]; isEventDict(o.items) {
+			} else if o := &d.objs[it.x]; d.isEventDict(o.items) {
 				lst := &d.objs[target.x]
 				if len(lst.items) > 0 || len(lst.frames) > 0 {
 					return d.fail(at, "a list mixes trace events with other values")
@@ -158,7 +158,7 @@ func (d *decoder) setItems(at int64, target val, items []val) error {
 	dict.items = slices.Grow(dict.items, len(items))
 	for i := 0; i+1 < len(items); i += 2 {
 		k, v := d.resolved(items[i]), d.resolved(items[i+1])
-		if k.k == kStr && k.s == "frames" && v.k == kList {
+		if k.k == kStr && d.strs[k.x] == "frames" && v.k == kList {
 			if st, ok := d.stackOf(v); ok {
 				d.reduceTo(v, st)
 				v = st
@@ -184,17 +184,17 @@ func (d *decoder) frameOf(v val) (val, bool) {
 		if k.k != kStr {
 			return val{}, false
 		}
-		switch k.s {
+		switch d.strs[k.x] {
 		case "filename":
 			if x.k != kStr {
 				return val{}, false
 			}
-			f.Filename, seen = x.s, seen|1
+			f.Filename, seen = d.strs[x.x], seen|1
 		case "name":
 			if x.k != kStr {
 				return val{}, false
 			}
-			f.Name, seen = x.s, seen|2
+			f.Name, seen = d.strs[x.x], seen|2
 		case "line":
 			switch x.k {
 			case kInt:
@@ -234,9 +234,9 @@ func (d *decoder) stackOf(v val) (val, bool) {
 	return val{k: kStack, x: uint64(d.in.Stack(ids))}, true
 }
 
-func isEventDict(items []val) bool {
+func (d *decoder) isEventDict(items []val) bool {
 	for i := 0; i+1 < len(items); i += 2 {
-		if items[i].k == kStr && items[i].s == "action" {
+		if items[i].k == kStr && d.strs[items[i].x] == "action" {
 			return items[i+1].k == kStr
 		}
 	}
@@ -253,11 +253,11 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 			continue
 		}
 		var err error
-		switch k.s {
+		switch d.strs[k.x] {
 		case "action":
-			ev.Action = snapshot.ParseAction(x.s)
+			ev.Action = snapshot.ParseAction(d.str(x))
 			if ev.Action == snapshot.ActionOther {
-				extra.ActionName = x.s
+				extra.ActionName = d.str(x)
 			}
 		case "addr":
 			ev.Addr, err = d.uintField(at, "addr", x)
@@ -279,19 +279,19 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 			}
 		case "compile_context":
 			if x.k == kStr {
-				extra.CompileContext = x.s
+				extra.CompileContext = d.strs[x.x]
 			}
 		case "user_metadata":
 			if x.k == kStr {
-				extra.UserMetadata = x.s
+				extra.UserMetadata = d.strs[x.x]
 			}
 		case "category":
 			if x.k == kStr {
-				extra.Category = x.s
+				extra.Category = d.strs[x.x]
 			}
 		case "internal_metadata":
 			if x.k == kStr {
-				extra.InternalMetadata = x.s
+				extra.InternalMetadata = d.strs[x.x]
 			}
 		case "pool_id":
 			if x.k == kTuple || x.k == kList {
@@ -304,7 +304,7 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 				var lines []string
 				for _, it := range d.objs[x.x].items {
 					if it.k == kStr {
-						lines = append(lines, it.s)
+						lines = append(lines, d.strs[it.x])
 					}
 				}
 				extra.ForwardFrames = strings.Join(lines, "\n")
@@ -395,12 +395,12 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 	case kUint:
 		return v.x, nil
 	case kBig:
-		b, _ := new(big.Int).SetString(v.s, 10)
+		b, _ := new(big.Int).SetString(d.strs[v.x], 10)
 		return b, nil
 	case kFloat:
 		return math.Float64frombits(v.x), nil
 	case kStr, kBytes:
-		return v.s, nil
+		return d.strs[v.x], nil
 	case kStack:
 		return snapshot.StackID(v.x), nil
 	case kFrame:
@@ -447,7 +447,7 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 			var key string
 			switch k.k {
 			case kStr:
-				key = k.s
+				key = d.strs[k.x]
 			case kInt:
 				key = strconv.FormatInt(int64(k.x), 10)
 			default:
