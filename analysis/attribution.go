@@ -378,7 +378,7 @@ func categorize(frames []snapshot.Frame, kinds []frameKind, noStack bool, caps s
 	}
 	if len(frames) == 0 {
 		if caps.PythonOnly || !caps.CppFrames {
-			return CategoryBackwardTemporary, "empty stack: with stacks=\"python\" allocations made by the autograd engine (backward pass) have no Python frame (memory allocated before recording started looks the same)"
+			return CategoryBackwardTemporary, "guess: empty stack, and stacks=\"python\" records no frames for backward-pass allocations, so this is a gradient or a backward temporary (memory allocated before recording started looks the same): record with stacks=\"all\" to be sure"
 		}
 		return CategoryOther, "empty stack in a file that records C++ frames: allocated before memory history recording started (often the model's weights)"
 	}

@@ -65,6 +65,7 @@ type diffKey struct {
 	file, fn string
 	line     int64
 	site     string
+	category string // only for empty stacks (see gradGuesser)
 }
 
 // Diff matches allocated memory of before and after by site (file, function, line: immune to
@@ -89,6 +90,7 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	}
 	ks := map[diffKey]*kindSizes{}
 	add := func(snap *snapshot.Snapshot, isAfter bool) {
+		grads := newGradGuesser(snap, a)
 		for si := range snap.Segments {
 			seg := &snap.Segments[si]
 			if opt.Device >= 0 && seg.Device != opt.Device {
@@ -98,8 +100,11 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 				if b.State != snapshot.StateActiveAllocated {
 					continue
 				}
-				at := a.Attribute(snap, b.Stack)
-				k := diffKey{at.File, at.Function, at.Line, at.Site.Site}
+				at := grads.refine(a.Attribute(snap, b.Stack), seg.Device, b)
+				k := diffKey{at.File, at.Function, at.Line, at.Site.Site, ""}
+				if b.Stack == snapshot.EmptyStack {
+					k.category = at.Category // frameless gradients apart from backward temporaries
+				}
 				d := m[k]
 				if d == nil {
 					d = &DiffSite{File: at.File, Line: at.Line, Function: at.Function, Site: at.Site.Site, Category: at.Category}

@@ -131,6 +131,7 @@ func isStateEvent(a snapshot.Action) bool {
 func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool, stream uint64, limit int) freeState {
 	var fs freeState
 	m := map[string]*OOMSite{}
+	grads := newGradGuesser(snap, a)
 	for si := range snap.Segments {
 		s := &snap.Segments[si]
 		if s.Device != dev {
@@ -143,7 +144,7 @@ func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool,
 			case snapshot.StateActiveAllocated:
 				fs.allocated += b.Size
 				fs.active += b.Size
-				at := a.Attribute(snap, b.Stack)
+				at := grads.refine(a.Attribute(snap, b.Stack), dev, b)
 				addSite(m, at, b.Size)
 			case snapshot.StateActivePendingFree:
 				fs.active += b.Size
@@ -164,6 +165,9 @@ func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool,
 
 func addSite(m map[string]*OOMSite, at Attribution, size int64) {
 	k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
+	if at.Site.Kind == SiteKindNone {
+		k += "\x00" + at.Category // frameless gradients apart from backward temporaries
+	}
 	s := m[k]
 	if s == nil {
 		s = &OOMSite{Site: at.Site.Site, File: at.File, Line: at.Line, Function: at.Function, Category: at.Category,

@@ -195,7 +195,7 @@ func TestScenarioBackwardNoPythonFrames(t *testing.T) {
 			got = &r.Sites[i]
 		}
 	}
-	if got == nil || got.Bytes != 24*mib || got.Blocks != 5 || got.Category != CategoryBackwardTemporary {
+	if got == nil || got.Bytes != 24*mib || got.Blocks != 5 || got.Category != CategoryGradient {
 		t.Fatalf("no-python group = %+v in %s", got, r.Text())
 	}
 	if !strings.Contains(strings.Join(r.Notes, " "), `stacks="python"`) {

@@ -105,6 +105,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 	}
 	groups := map[string]*agg{}
 	noStack, emptyStack := 0, 0
+	grads := newGradGuesser(snap, a)
 	for si := range snap.Segments {
 		seg := &snap.Segments[si]
 		if opt.Device >= 0 && seg.Device != opt.Device {
@@ -114,7 +115,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			if !stateMatches(opt.State, b.State) {
 				continue
 			}
-			at := a.Attribute(snap, b.Stack)
+			at := grads.refine(a.Attribute(snap, b.Stack), seg.Device, b)
 			if b.Stack == snapshot.NoStack {
 				noStack++
 			} else if b.Stack == snapshot.EmptyStack {
@@ -136,6 +137,9 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 				if at.File == "" {
 					key += at.Site.Site
 				}
+			}
+			if b.Stack == snapshot.EmptyStack {
+				key += "\x00" + at.Category // frameless gradients apart from backward temporaries
 			}
 			g := groups[key]
 			if g == nil {
