@@ -264,10 +264,36 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 			Fix: "none needed; if it does not fit, use a smaller model or batch, a lower-memory optimizer (SGD, Adafactor, 8-bit Adam), or shard the optimizer state (ZeRO / FSDP)"})
 	}
 	if len(out) == 0 {
-		ev := fmt.Sprintf("no site grew in both bytes and blocks (live memory %s -> %s, %s)", FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter), formatDelta(r.BytesAfter-r.BytesBefore))
-		out = append(out, DiffPattern{Name: PatternNoGrowth, Site: "", Evidence: ev, Fix: "none: memory is steady between these snapshots"})
+		out = append(out, noGrowth(all, r))
 	}
 	return out
+}
+
+// noGrowth words the no_growth pattern after the data: memory dropped, stayed or grew without
+// any site gaining blocks. all is sorted by growth, largest first.
+func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
+	delta := r.BytesAfter - r.BytesBefore
+	ev := fmt.Sprintf("no site grew in both bytes and blocks (live memory %s -> %s, %s)", FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter), formatDelta(delta))
+	site := func(what string, d DiffSite) string {
+		return fmt.Sprintf("; the largest %s: %s (%s) %s in %+d blocks", what, d.Site, d.Function, formatDelta(d.DeltaBytes), d.DeltaBlocks)
+	}
+	p := DiffPattern{Name: PatternNoGrowth}
+	switch {
+	case delta < 0:
+		if len(all) > 0 && all[len(all)-1].DeltaBytes < 0 {
+			ev += site("drop", all[len(all)-1])
+		}
+		p.Fix = fmt.Sprintf("none: live memory dropped by %s between these snapshots and no site grew (if you meant the other order, pass the earlier snapshot as before)", FormatBytes(-delta))
+	case delta > 0:
+		if len(all) > 0 && all[0].DeltaBytes > 0 {
+			ev += site("growth", all[0])
+		}
+		p.Fix = fmt.Sprintf("none recognised: live memory grew by %s but no site grew in both bytes and blocks (existing tensors got larger, or the growth is spread thinly); compare the sites above and take a third snapshot to see whether it continues", FormatBytes(delta))
+	default:
+		p.Fix = "none: memory is steady between these snapshots"
+	}
+	p.Evidence = ev
+	return p
 }
 
 // Text renders the diff: growth first, then the patterns with their fixes.
