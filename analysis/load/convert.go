@@ -206,46 +206,9 @@ func (c *converter) segment(v any, format *snapshot.Format) (snapshot.Segment, e
 	next := seg.Address
 	var alloc, active, requested int64
 	for i, bv := range blocks {
-		bm, err := asMap(bv, "block")
+		b, err := c.block(bv, next, format)
 		if err != nil {
 			return seg, fmt.Errorf("blocks[%d]: %w", i, err)
-		}
-		var be fieldErrs
-		b := snapshot.Block{Stack: snapshot.NoStack}
-		b.Size = be.int(bm, "size", true)
-		b.RequestedSize = be.int(bm, "requested_size", false)
-		if _, ok := bm["address"]; ok {
-			b.Address = be.uint(bm, "address", true)
-		} else {
-			b.Address = next
-		}
-		if be.err != nil {
-			return seg, fmt.Errorf("blocks[%d]: %w", i, be.err)
-		}
-		stateStr, ok := bm["state"].(string)
-		if !ok {
-			return seg, fmt.Errorf("blocks[%d]: state is missing or not a string", i)
-		}
-		b.State = snapshot.ParseBlockState(stateStr)
-		if b.State == snapshot.StateUnknown {
-			return seg, fmt.Errorf("blocks[%d]: unknown state %q", i, stateStr)
-		}
-		if fv, ok := bm["frames"]; ok {
-			if b.Stack, err = c.stack(fv, bm); err != nil {
-				return seg, fmt.Errorf("blocks[%d]: %w", i, err)
-			}
-		} else if hv, ok := bm["history"]; ok {
-			format.LegacyHistory = true
-			hist, _ := hv.([]any)
-			if len(hist) > 0 {
-				hm, err := asMap(hist[0], "history entry")
-				if err != nil {
-					return seg, fmt.Errorf("blocks[%d]: %w", i, err)
-				}
-				if b.Stack, err = c.stack(hm["frames"], hm); err != nil {
-					return seg, fmt.Errorf("blocks[%d]: %w", i, err)
-				}
-			}
 		}
 		next = b.Address + uint64(b.Size)
 		switch b.State {
@@ -263,6 +226,62 @@ func (c *converter) segment(v any, format *snapshot.Format) (snapshot.Segment, e
 	seg.ActiveSize = orDefault(m, "active_size", active)
 	seg.RequestedSize = orDefault(m, "requested_size", requested)
 	return seg, nil
+}
+
+// block reads one block: already typed by the fast pickle path, or a plain dict. A block
+// without an address (PyTorch 2.0) sits right after the previous one (next).
+func (c *converter) block(bv any, next uint64, format *snapshot.Format) (snapshot.Block, error) {
+	if pb, ok := bv.(pickle.Block); ok {
+		b := pb.Block
+		if !pb.HasAddress {
+			b.Address = next
+		}
+		if pb.Legacy {
+			format.LegacyHistory = true
+		}
+		return b, nil
+	}
+	b := snapshot.Block{Stack: snapshot.NoStack}
+	bm, err := asMap(bv, "block")
+	if err != nil {
+		return b, err
+	}
+	var be fieldErrs
+	b.Size = be.int(bm, "size", true)
+	b.RequestedSize = be.int(bm, "requested_size", false)
+	if _, ok := bm["address"]; ok {
+		b.Address = be.uint(bm, "address", true)
+	} else {
+		b.Address = next
+	}
+	if be.err != nil {
+		return b, be.err
+	}
+	stateStr, ok := bm["state"].(string)
+	if !ok {
+		return b, fmt.Errorf("state is missing or not a string")
+	}
+	b.State = snapshot.ParseBlockState(stateStr)
+	if b.State == snapshot.StateUnknown {
+		return b, fmt.Errorf("unknown state %q", stateStr)
+	}
+	if fv, ok := bm["frames"]; ok {
+		b.Stack, err = c.stack(fv, bm)
+		return b, err
+	}
+	if hv, ok := bm["history"]; ok {
+		format.LegacyHistory = true
+		hist, _ := hv.([]any)
+		if len(hist) > 0 {
+			hm, err := asMap(hist[0], "history entry")
+			if err != nil {
+				return b, err
+			}
+			b.Stack, err = c.stack(hm["frames"], hm)
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 func orDefault(m map[string]any, key string, def int64) int64 {

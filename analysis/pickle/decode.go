@@ -75,7 +75,8 @@ const (
 	kDict  // x indexes d.objs
 	kStack // x holds a snapshot.StackID (a reduced frames list)
 	kFrame // x holds a snapshot.FrameID (a reduced frame dict)
-	kEvent // x indexes d.loose: an event dict reduced before it reached a list
+	kEvent // x: the event list object << 32 | the event's index in it
+	kBlock // x indexes d.blocks: a reduced block dict
 	kGlobal
 	kMark // only on the mark stack bookkeeping, never a value
 )
@@ -130,13 +131,13 @@ type decoder struct {
 	memoHi   map[uint64]val
 	objs     []object
 	strs     []string
+	blocks   []Block
 	// Recycled object indexes, dicts apart from lists so that a reused object's item
 	// capacity fits its next use (frames lists are long, event dicts short).
 	freeLists, freeDicts []uint32
 	in                   *snapshot.Interner
 	extras               []snapshot.EventExtra
 	extraID              map[snapshot.EventExtra]uint32
-	loose                []snapshot.Event
 	proto                int
 	typeTag              bool
 	ctx                  context.Context

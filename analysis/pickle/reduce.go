@@ -55,6 +55,9 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 			if fr, ok := d.frameOf(it); ok {
 				d.reduceTo(it, fr)
 				it = fr
+			} else if b, ok := d.blockOf(it); ok {
+				d.reduceTo(it, b)
+				it = b
 			} else if o := &d.objs[it.x]; d.isEventDict(o.items) {
 				lst := &d.objs[target.x]
 				if len(lst.items) > 0 || len(lst.frames) > 0 {
@@ -234,6 +237,109 @@ func (d *decoder) stackOf(v val) (val, bool) {
 	return val{k: kStack, x: uint64(d.in.Stack(ids))}, true
 }
 
+// Block is a segment's block dict, typed while decoding. HasAddress is false for PyTorch 2.0
+// blocks (the loader places them after the previous block); Legacy says the frames came from
+// the 2.0 history list.
+type Block struct {
+	snapshot.Block
+	HasAddress bool
+	Legacy     bool
+}
+
+// blockOf reduces a well-formed block dict (state, size, optional address, requested_size,
+// frames or history) to a typed block. Anything unexpected is left as a plain dict, for the
+// loader to report precisely.
+func (d *decoder) blockOf(v val) (val, bool) {
+	items := d.objs[v.x].items
+	b := Block{Block: snapshot.Block{Stack: snapshot.NoStack}}
+	var haveSize, haveFrames bool
+	history := -1
+	for i := 0; i+1 < len(items); i += 2 {
+		k, x := items[i], items[i+1]
+		if k.k != kStr {
+			return val{}, false
+		}
+		switch d.strs[k.x] {
+		case "address":
+			if x.k != kInt && x.k != kUint {
+				return val{}, false
+			}
+			b.Address, b.HasAddress = x.x, true
+		case "size":
+			if x.k != kInt {
+				return val{}, false
+			}
+			b.Size, haveSize = int64(x.x), true
+		case "requested_size":
+			if x.k != kInt {
+				return val{}, false
+			}
+			b.RequestedSize = int64(x.x)
+		case "state":
+			if x.k != kStr {
+				return val{}, false
+			}
+			if b.State = snapshot.ParseBlockState(d.strs[x.x]); b.State == snapshot.StateUnknown {
+				return val{}, false
+			}
+		case "frames":
+			switch x.k {
+			case kStack:
+				b.Stack = snapshot.StackID(x.x)
+			case kNone:
+				b.Stack = snapshot.EmptyStack
+			default:
+				return val{}, false
+			}
+			haveFrames = true
+		case "history":
+			history = i + 1
+		case "action", "filename":
+			return val{}, false
+		}
+	}
+	if !haveSize || b.State == snapshot.StateUnknown {
+		return val{}, false
+	}
+	if !haveFrames && history >= 0 {
+		h := items[history]
+		if h.k != kList {
+			return val{}, false
+		}
+		b.Legacy = true
+		if hist := d.objs[h.x].items; len(hist) > 0 {
+			first := d.resolved(hist[0])
+			if first.k != kDict {
+				return val{}, false
+			}
+			for _, fr := range d.pairs(first) {
+				if fr[0].k == kStr && d.strs[fr[0].x] == "frames" {
+					switch fr[1].k {
+					case kStack:
+						b.Stack = snapshot.StackID(fr[1].x)
+					case kNone:
+						b.Stack = snapshot.EmptyStack
+					default:
+						return val{}, false
+					}
+				}
+			}
+		}
+	}
+	d.blocks = append(d.blocks, b)
+	return val{k: kBlock, x: uint64(len(d.blocks) - 1)}, true
+}
+
+// pairs returns a dict's key/value pairs.
+func (d *decoder) pairs(v val) [][2]val {
+	items := d.objs[v.x].items
+	out := make([][2]val, 0, len(items)/2)
+	for i := 0; i+1 < len(items); i += 2 {
+		out = append(out, [2]val{items[i], items[i+1]})
+	}
+	return out
+}
+
 func (d *decoder) isEventDict(items []val) bool {
 	for i := 0; i+1 < len(items); i += 2 {
 		if items[i].k == kStr && d.strs[items[i].x] == "action" {
@@ -374,6 +480,8 @@ func (k kind) String() string {
 		return "frame"
 	case kEvent:
 		return "trace event"
+	case kBlock:
+		return "block"
 	case kGlobal:
 		return "global"
 	}
@@ -408,6 +516,8 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 		return map[string]any{"filename": f.Filename, "line": f.Line, "name": f.Name}, nil
 	case kEvent:
 		return d.eventAt(v), nil
+	case kBlock:
+		return d.blocks[v.x], nil
 	case kList, kTuple:
 		o := &d.objs[v.x]
 		if o.redKind != kNone {
