@@ -175,7 +175,9 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	if before.Caps.PythonOnly || after.Caps.PythonOnly {
 		r.Notes = append(r.Notes, "Python-only stacks: backward-pass memory has no frame and is grouped as <no Python frame>")
 	}
-	r.Notes = append(r.Notes, "two snapshots show growth, not linearity: take a third to confirm a steady leak")
+	if r.DeltaBytes > 0 {
+		r.Notes = append(r.Notes, "two snapshots show growth, not linearity: take a third to confirm a steady leak")
+	}
 	return r, nil
 }
 
