@@ -156,7 +156,7 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 	if len(snap.Segments) == 0 {
 		r.Notes = append(r.Notes, "the file has no segments: nothing was reserved when it was written")
 	}
-	r.Notes = append(r.Notes, "this is the cache when the file was written; fragmentation at an earlier peak or OOM needs the trace (memsnap oom)")
+	r.Notes = append(r.Notes, "this is the cache when the file was written; fragmentation at an earlier peak or OOM needs the trace: run the OOM report (`memsnap oom` / MCP `oom-report`)")
 	if snap.Format.LegacyHistory {
 		r.Notes = append(r.Notes, "PyTorch 2.0 file: block addresses are derived by walking each segment")
 	}

@@ -367,7 +367,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		}
 	}
 	if !anyTrace || !snap.Caps.HasTrace {
-		r.Notes = append(r.Notes, "the file has no trace: OOM events are only recorded in the trace, so no OOM can be explained; the final state is what `memsnap fragmentation` and `top-stacks` show")
+		r.Notes = append(r.Notes, "the file has no trace: OOM events are only recorded in the trace, so no OOM can be explained; the final state is what the fragmentation and top-stacks reports show (`memsnap fragmentation` / MCP `fragmentation`, `memsnap top-stacks` / MCP `top-stacks`)")
 	} else if len(r.OOMs) == 0 {
 		r.Notes = append(r.Notes, "no oom event in the trace")
 		if snap.Caps.RingBufferFull || snap.Caps.TraceIncomplete {
