@@ -15,6 +15,7 @@ type Interner struct {
 	byHash  map[uint64]StackID
 	stackID map[string]StackID // stacks whose hash collided with another's
 	keyBuf  []byte
+	recent  *[4096]recentStack
 }
 
 // NewInterner returns an interner whose stack 0 is the empty stack.
@@ -24,6 +25,7 @@ func NewInterner() *Interner {
 		frameID: map[Frame]FrameID{},
 		byHash:  map[uint64]StackID{14695981039346656037: EmptyStack},
 		stackID: map[string]StackID{},
+		recent:  new([4096]recentStack),
 	}
 }
 
@@ -45,15 +47,30 @@ func (in *Interner) Stack(ids []FrameID) StackID {
 	for _, id := range ids {
 		h = (h ^ uint64(uint32(id))) * 1099511628211
 	}
-	if id, ok := in.byHash[h]; ok && slices.Equal(in.Stacks[id], ids) {
-		return id
-	} else if ok { // a hash collision: fall back to the exact key
-		return in.stackByKey(ids)
+	// Real files repeat a few thousand stacks across millions of tracebacks: a small
+	// direct-mapped cache answers most lookups without touching the map.
+	c := &in.recent[h%uint64(len(in.recent))]
+	if c.hash == h && c.valid && slices.Equal(in.Stacks[c.id], ids) {
+		return c.id
 	}
-	id := StackID(len(in.Stacks))
-	in.Stacks = append(in.Stacks, slices.Clone(ids))
-	in.byHash[h] = id
+	id, ok := in.byHash[h]
+	switch {
+	case ok && slices.Equal(in.Stacks[id], ids):
+	case ok: // a hash collision: fall back to the exact key
+		return in.stackByKey(ids)
+	default:
+		id = StackID(len(in.Stacks))
+		in.Stacks = append(in.Stacks, slices.Clone(ids))
+		in.byHash[h] = id
+	}
+	*c = recentStack{hash: h, id: id, valid: true}
 	return id
+}
+
+type recentStack struct {
+	hash  uint64
+	id    StackID
+	valid bool
 }
 
 func (in *Interner) stackByKey(ids []FrameID) StackID {
