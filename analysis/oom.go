@@ -36,8 +36,12 @@ type OOMSite struct {
 	Blocks   int    `json:"blocks"`
 	// Evidence is set when the category comes from the blocks themselves (user_container).
 	Evidence string `json:"evidence,omitempty"`
-	kind     string
-	sizes    sizeHist
+	// StackID is the stack of the site's largest live block (read-raw-section stacks[ID]); -1
+	// when none was recorded.
+	StackID int `json:"stack_id"`
+	kind    string
+	sizes   sizeHist
+	topSize int64
 }
 
 // OOMEvent explains one oom event.
@@ -145,7 +149,7 @@ func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool,
 				fs.allocated += b.Size
 				fs.active += b.Size
 				at := grads.refine(a.Attribute(snap, b.Stack), dev, b)
-				addSite(m, at, b.Size)
+				addSite(m, at, b.Size, b.Stack)
 			case snapshot.StateActivePendingFree:
 				fs.active += b.Size
 			case snapshot.StateInactive:
@@ -163,7 +167,7 @@ func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool,
 	return fs
 }
 
-func addSite(m map[string]*OOMSite, at Attribution, size int64) {
+func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.StackID) {
 	k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
 	if at.Site.Kind == SiteKindNone {
 		k += "\x00" + at.Category // frameless gradients apart from backward temporaries
@@ -173,6 +177,9 @@ func addSite(m map[string]*OOMSite, at Attribution, size int64) {
 		s = &OOMSite{Site: at.Site.Site, File: at.File, Line: at.Line, Function: at.Function, Category: at.Category,
 			kind: at.Site.Kind, sizes: sizeHist{}}
 		m[k] = s
+	}
+	if s.Blocks == 0 || size > s.topSize {
+		s.topSize, s.StackID = size, max(int(stack), -1)
 	}
 	s.Bytes += size
 	s.Blocks++
@@ -289,7 +296,7 @@ func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit 
 		} else {
 			at = a.Attribute(e.snap, sp.b.stack)
 		}
-		addSite(m, at, size)
+		addSite(m, at, size, sp.b.stack)
 	}
 	fs.sites = sortOOMSites(m, limit)
 	return fs

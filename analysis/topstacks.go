@@ -38,6 +38,9 @@ type TopSite struct {
 	Evidence string  `json:"evidence"`
 	// Stack is a representative filtered stack: the user frames plus the nearest library frame.
 	Stack []string `json:"stack"`
+	// StackID is the snapshot stack the representative stack comes from (the group's largest
+	// block's): read it whole with read-raw-section stacks[ID]; -1 when no stack was recorded.
+	StackID int `json:"stack_id"`
 }
 
 // TopStacksResult is live memory grouped by site (or stack, file, function), largest first.
@@ -177,6 +180,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			}
 		}
 		g.ts.Percent = pct(g.ts.Bytes, r.TotalBytes)
+		g.ts.StackID = max(int(g.topID), -1)
 		g.ts.Stack = emptyIfNil(g.ts.Stack)
 		r.Sites = append(r.Sites, g.ts)
 	}

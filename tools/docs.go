@@ -58,6 +58,7 @@ var fieldDocs = map[string]string{
 	"TopSite.Category": "Guessed kind of memory: parameter, gradient, optimizer_state, activation, backward_temporary, communication, user_container or other",
 	"TopSite.Evidence": "Why the category was guessed",
 	"TopSite.Stack":    "Representative filtered stack (user frames plus the nearest library frame), innermost first",
+	"TopSite.StackID":  "Id of the snapshot stack the representative stack comes from (the group's largest block): read-raw-section with section stacks[ID] returns all its frames; -1 when no stack was recorded",
 	// analysis.DiffResult
 	"DiffResult.BeforePath":  "The earlier snapshot",
 	"DiffResult.AfterPath":   "The later snapshot",
@@ -130,6 +131,7 @@ var fieldDocs = map[string]string{
 	"OOMSite.Bytes":    "Live bytes at the OOM",
 	"OOMSite.Blocks":   "Live blocks at the OOM",
 	"OOMSite.Evidence": "Why the category was guessed",
+	"OOMSite.StackID":  "Id of the stack of the site's largest live block: read-raw-section with section stacks[ID] returns all its frames; -1 when no stack was recorded",
 	// analysis.FragmentationResult
 	"FragmentationResult.Path":               "The snapshot file",
 	"FragmentationResult.ReservedBytes":      "Reserved bytes over every group",

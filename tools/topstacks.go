@@ -22,7 +22,7 @@ const topStacksDefaultLimit = 10
 
 func topStacksTool(e *env) (server.ServerTool, error) {
 	return declare("top-stacks",
-		"Who holds the memory at the snapshot: blocks grouped by the user's own source line (site), largest first, with a category guess (parameter, gradient, optimizer_state, activation, …), the evidence and a short filtered stack. Use state=inactive to see whose freed memory sits in the cache, state=pending for cross-stream delayed frees. Site ids (model.py:41) match diff and oom-report.",
+		"Who holds the memory at the snapshot: blocks grouped by the user's own source line (site), largest first, with a category guess (parameter, gradient, optimizer_state, activation, …), the evidence and a short filtered stack. Use state=inactive to see whose freed memory sits in the cache, state=pending for cross-stream delayed frees. Site ids (model.py:41) match diff and oom-report; stack_id opens the representative stack whole with read-raw-section section stacks[ID].",
 		func(ctx context.Context, in TopStacksInput) (*analysis.TopStacksResult, error) {
 			snap, version, err := e.snapshotAt(ctx, in.Path, "path")
 			if err != nil {
