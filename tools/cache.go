@@ -4,7 +4,9 @@ import (
 	"container/list"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"os"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -15,12 +17,17 @@ import (
 // LoadFunc loads one snapshot file; load.File by default.
 type LoadFunc func(ctx context.Context, path string, opt load.Options) (*snapshot.Snapshot, error)
 
-// Cache holds loaded snapshots keyed by path, size and modification time, within a memory
-// budget with LRU eviction. Concurrent calls for the same file share one load; the load is
-// cancelled only when every caller waiting for it has gone.
+// DirLoadFunc loads a directory of per-rank snapshots; load.Dir by default.
+type DirLoadFunc func(ctx context.Context, dir string, opt load.Options) ([]load.Rank, error)
+
+// Cache holds loaded snapshots keyed by path, size and modification time, and directories of
+// rank snapshots keyed by path and every file's name, size and modification time, within a
+// memory budget with LRU eviction. Concurrent calls for the same file share one load; the load
+// is cancelled only when every caller waiting for it has gone.
 type Cache struct {
-	budget int64
-	loader LoadFunc
+	budget    int64
+	loader    LoadFunc
+	dirLoader DirLoadFunc
 
 	mu       sync.Mutex
 	used     int64
@@ -36,15 +43,36 @@ type cacheKey struct {
 	mtime int64
 }
 
+// loaded is what one cache entry holds: a snapshot, or the ranks of a directory.
+type loaded struct {
+	snap  *snapshot.Snapshot
+	ranks []load.Rank
+}
+
+func (l loaded) empty() bool { return l.snap == nil && l.ranks == nil }
+
+func (l loaded) cost() int64 {
+	if l.snap != nil {
+		return SnapshotCost(l.snap)
+	}
+	var n int64
+	for _, r := range l.ranks {
+		if r.Snap != nil {
+			n += SnapshotCost(r.Snap)
+		}
+	}
+	return n
+}
+
 type cacheEntry struct {
 	key  cacheKey
-	snap *snapshot.Snapshot
+	val  loaded
 	cost int64
 }
 
 type flight struct {
 	done     chan struct{}
-	snap     *snapshot.Snapshot
+	val      loaded
 	err      error
 	waiters  int
 	cancel   context.CancelFunc
@@ -60,7 +88,7 @@ func NewCache(budget int64, loader LoadFunc) *Cache {
 	if loader == nil {
 		loader = load.File
 	}
-	return &Cache{budget: budget, loader: loader, lru: list.New(),
+	return &Cache{budget: budget, loader: loader, dirLoader: load.Dir, lru: list.New(),
 		entries: map[cacheKey]*list.Element{}, inflight: map[cacheKey]*flight{}}
 }
 
@@ -98,11 +126,58 @@ func (c *Cache) get(ctx context.Context, path string, progress func(done, total 
 	}
 	key := cacheKey{path, st.Size(), st.ModTime().UnixNano()}
 	version := fmt.Sprintf("%s|%d|%d", key.path, key.size, key.mtime)
+	v, err := c.fetch(ctx, key, path, progress, func(ctx context.Context, opt load.Options) (loaded, error) {
+		s, err := c.loader(ctx, path, opt)
+		return loaded{snap: s}, err
+	})
+	if v.snap == nil && err == nil {
+		err = fmt.Errorf("loading %s: no snapshot", path)
+	}
+	return v.snap, version, err
+}
+
+// getDir returns the ranks of a directory of per-rank snapshots, loaded at most once while no
+// file in it changes (the key holds every regular file's name, size and modification time),
+// and the version of the directory served.
+func (c *Cache) getDir(ctx context.Context, dir string) ([]load.Rank, string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		// Let the loader phrase the error.
+		ranks, err := c.dirLoader(ctx, dir, load.Options{})
+		return ranks, "", err
+	}
+	var b strings.Builder
+	var total int64
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile: the loader sees the same directory
+		}
+		fmt.Fprintf(&b, "%s|%d|%d\n", e.Name(), info.Size(), info.ModTime().UnixNano())
+		total += info.Size()
+	}
+	h := fnv.New64a()
+	h.Write([]byte(b.String()))
+	key := cacheKey{path: dir + "\x00dir\x00" + b.String(), size: total}
+	version := fmt.Sprintf("%s|dir|%d|%x", dir, total, h.Sum64())
+	v, err := c.fetch(ctx, key, dir, nil, func(ctx context.Context, opt load.Options) (loaded, error) {
+		ranks, err := c.dirLoader(ctx, dir, opt)
+		return loaded{ranks: ranks}, err
+	})
+	return v.ranks, version, err
+}
+
+// fetch returns the entry of key, loading it with fn at most once for concurrent callers.
+func (c *Cache) fetch(ctx context.Context, key cacheKey, name string, progress func(done, total int64),
+	fn func(context.Context, load.Options) (loaded, error)) (loaded, error) {
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.lru.MoveToFront(el)
 		c.mu.Unlock()
-		return el.Value.(*cacheEntry).snap, version, nil
+		return el.Value.(*cacheEntry).val, nil
 	}
 	f := c.inflight[key]
 	if f == nil {
@@ -110,7 +185,7 @@ func (c *Cache) get(ctx context.Context, path string, progress func(done, total 
 		f = &flight{done: make(chan struct{}), cancel: cancel, progress: map[int]func(int64, int64){}}
 		c.inflight[key] = f
 		c.loads++
-		go c.run(lctx, key, f)
+		go c.run(lctx, key, f, fn)
 	}
 	f.waiters++
 	id := f.nextID
@@ -125,7 +200,7 @@ func (c *Cache) get(ctx context.Context, path string, progress func(done, total 
 		c.mu.Lock()
 		delete(f.progress, id)
 		c.mu.Unlock()
-		return f.snap, version, f.err
+		return f.val, f.err
 	case <-ctx.Done():
 		c.mu.Lock()
 		delete(f.progress, id)
@@ -137,13 +212,13 @@ func (c *Cache) get(ctx context.Context, path string, progress func(done, total 
 			}
 		}
 		c.mu.Unlock()
-		return nil, "", fmt.Errorf("loading %s: %w", path, ctx.Err())
+		return loaded{}, fmt.Errorf("loading %s: %w", name, ctx.Err())
 	}
 }
 
-func (c *Cache) run(ctx context.Context, key cacheKey, f *flight) {
+func (c *Cache) run(ctx context.Context, key cacheKey, f *flight, fn func(context.Context, load.Options) (loaded, error)) {
 	defer f.cancel()
-	snap, err := c.loader(ctx, key.path, load.Options{Progress: func(done, total int64) {
+	val, err := fn(ctx, load.Options{Progress: func(done, total int64) {
 		c.mu.Lock()
 		fns := make([]func(int64, int64), 0, len(f.progress))
 		for _, fn := range f.progress {
@@ -159,12 +234,12 @@ func (c *Cache) run(ctx context.Context, key cacheKey, f *flight) {
 	if c.inflight[key] == f {
 		delete(c.inflight, key)
 	}
-	f.snap, f.err = snap, err
+	f.val, f.err = val, err
 	close(f.done)
-	if err != nil || snap == nil {
+	if err != nil || val.empty() {
 		return
 	}
-	cost := SnapshotCost(snap)
+	cost := val.cost()
 	if cost > c.budget {
 		return // served to the waiting callers, not kept
 	}
@@ -173,7 +248,7 @@ func (c *Cache) run(ctx context.Context, key cacheKey, f *flight) {
 		delete(c.entries, old.key)
 		c.used -= old.cost
 	}
-	c.entries[key] = c.lru.PushFront(&cacheEntry{key: key, snap: snap, cost: cost})
+	c.entries[key] = c.lru.PushFront(&cacheEntry{key: key, val: val, cost: cost})
 	c.used += cost
 }
 

@@ -36,6 +36,8 @@ type Config struct {
 	MaxTextBytes int
 	// Loader replaces load.File (tests).
 	Loader LoadFunc
+	// DirLoader replaces load.Dir for directories of rank snapshots (tests).
+	DirLoader DirLoadFunc
 }
 
 // DefaultMaxTextBytes is the default cap of a tool's text answer.
@@ -58,6 +60,9 @@ func NewServer(cfg Config) (*server.MCPServer, error) {
 	e := &env{cache: NewCache(cfg.CacheBytes, cfg.Loader), memo: newMemo(64), roots: rs, maxText: cfg.MaxTextBytes}
 	if e.maxText <= 0 {
 		e.maxText = DefaultMaxTextBytes
+	}
+	if cfg.DirLoader != nil {
+		e.cache.dirLoader = cfg.DirLoader
 	}
 	version := cfg.Version
 	if version == "" {

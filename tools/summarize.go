@@ -28,11 +28,13 @@ func summarizeTool(e *env) (server.ServerTool, error) {
 				return nil, err
 			}
 			if load.IsDir(p) {
-				ranks, err := load.Dir(ctx, p, load.Options{})
+				ranks, version, err := e.cache.getDir(ctx, p)
 				if err != nil {
 					return nil, err
 				}
-				return analysis.SummarizeRanks(ctx, p, ranks, opt)
+				return memoized(e, "summarize", in, []string{version}, func() (*analysis.Summary, error) {
+					return analysis.SummarizeRanks(ctx, p, ranks, opt)
+				})
 			}
 			snap, version, err := e.snapshotAt(ctx, p, "path")
 			if err != nil {
