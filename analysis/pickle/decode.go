@@ -131,6 +131,7 @@ type decoder struct {
 	memoHi   map[uint64]val
 	objs     []object
 	strs     []string
+	keys     []keyCode // key code of each string in strs
 	blocks   []Block
 	// Recycled object indexes, dicts apart from lists so that a reused object's item
 	// capacity fits its next use (frames lists are long, event dicts short).
@@ -506,7 +507,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
-			d.push(decodeLong(raw, &d.strs))
+			d.push(d.long(raw))
 		case 0x8b: // LONG4
 			b, err := d.read(4)
 			if err != nil {
@@ -520,7 +521,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
-			d.push(decodeLong(raw, &d.strs))
+			d.push(d.long(raw))
 		case 'G': // BINFLOAT (big-endian)
 			b, err := d.read(8)
 			if err != nil {
@@ -728,10 +729,20 @@ func (d *decoder) global(at int64, mod, name string) error {
 }
 
 // decodeLong decodes a little-endian two's-complement integer.
-func decodeLong(raw []byte, strs *[]string) val {
+func (d *decoder) long(raw []byte) val {
+	v, big := decodeLong(raw)
+	if v.k == kBig {
+		return d.newStr(kBig, big)
+	}
+	return v
+}
+
+// decodeLong decodes a little-endian two's-complement integer; integers beyond 64 bits come
+// back as kBig with their decimal string.
+func decodeLong(raw []byte) (val, string) {
 	n := len(raw)
 	if n == 0 {
-		return val{k: kInt}
+		return val{k: kInt}, ""
 	}
 	if n <= 8 {
 		var u uint64
@@ -741,14 +752,14 @@ func decodeLong(raw []byte, strs *[]string) val {
 		if raw[n-1]&0x80 != 0 && n < 8 { // sign-extend
 			u |= ^uint64(0) << (8 * n)
 		}
-		return val{k: kInt, x: u}
+		return val{k: kInt, x: u}, ""
 	}
 	if n == 9 && raw[8] == 0 {
 		u := binary.LittleEndian.Uint64(raw)
 		if u > math.MaxInt64 {
-			return val{k: kUint, x: u}
+			return val{k: kUint, x: u}, ""
 		}
-		return val{k: kInt, x: u}
+		return val{k: kInt, x: u}, ""
 	}
 	be := make([]byte, n)
 	for i := range raw {
@@ -758,7 +769,7 @@ func decodeLong(raw []byte, strs *[]string) val {
 	if raw[n-1]&0x80 != 0 {
 		b.Sub(b, new(big.Int).Lsh(big.NewInt(1), uint(8*n)))
 	}
-	return val{k: kBig, x: uint64(len(*strs))}.withStr(strs, b.String())
+	return val{k: kBig}, b.String()
 }
 
 // memoTable is the dense part of the memo, in fixed pages so that growing it never copies.
@@ -839,15 +850,60 @@ func (d *decoder) unrun(lst *object, start int) {
 	lst.frames = lst.frames[:start]
 }
 
-func (v val) withStr(strs *[]string, s string) val {
-	*strs = append(*strs, s)
-	return v
-}
-
-// newStr stores a string and returns its value.
+// newStr stores a string and returns its value; the snapshot's own key names also get a
+// key code, so that dict fields are matched by a byte compare, not a string compare.
 func (d *decoder) newStr(k kind, s string) val {
 	d.strs = append(d.strs, s)
+	code := keyNone
+	if k == kStr && len(s) <= len("internal_metadata") {
+		code = keyCodes[s]
+	}
+	d.keys = append(d.keys, code)
 	return val{k: k, x: uint64(len(d.strs) - 1)}
+}
+
+// key is the key code of a value (keyNone for anything but a known key string).
+func (d *decoder) key(v val) keyCode {
+	if v.k != kStr {
+		return keyNone
+	}
+	return d.keys[v.x]
+}
+
+type keyCode uint8
+
+const (
+	keyNone keyCode = iota
+	keyFrames
+	keyFilename
+	keyLine
+	keyName
+	keyAction
+	keyAddr
+	keySize
+	keyStream
+	keyTimeUS
+	keyDeviceFree
+	keyCompileContext
+	keyUserMetadata
+	keyCategory
+	keyInternalMetadata
+	keyPoolID
+	keyForwardFrames
+	keyAddress
+	keyRequestedSize
+	keyState
+	keyHistory
+)
+
+var keyCodes = map[string]keyCode{
+	"frames": keyFrames, "filename": keyFilename, "line": keyLine, "name": keyName,
+	"action": keyAction, "addr": keyAddr, "size": keySize, "stream": keyStream,
+	"time_us": keyTimeUS, "device_free": keyDeviceFree, "compile_context": keyCompileContext,
+	"user_metadata": keyUserMetadata, "category": keyCategory,
+	"internal_metadata": keyInternalMetadata, "pool_id": keyPoolID,
+	"forward_frames": keyForwardFrames, "address": keyAddress,
+	"requested_size": keyRequestedSize, "state": keyState, "history": keyHistory,
 }
 
 // str is the string of a kStr, kBytes or kBig value ("" for anything else).

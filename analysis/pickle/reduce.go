@@ -52,13 +52,20 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 	for _, it := range items {
 		it = d.resolved(it)
 		if it.k == kDict {
-			if fr, ok := d.frameOf(it); ok {
-				d.reduceTo(it, fr)
-				it = fr
-			} else if b, ok := d.blockOf(it); ok {
-				d.reduceTo(it, b)
-				it = b
-			} else if o := &d.objs[it.x]; d.isEventDict(o.items) {
+			var red val
+			var ok bool
+			switch sig := d.signature(d.objs[it.x].items); sig {
+			case keyFilename:
+				red, ok = d.frameOf(it)
+			case keyState:
+				red, ok = d.blockOf(it)
+			case keyAction:
+				red, ok = val{k: kEvent}, d.isEventDict(d.objs[it.x].items)
+			}
+			if ok && red.k != kEvent {
+				d.reduceTo(it, red)
+				it = red
+			} else if o := &d.objs[it.x]; ok {
 				lst := &d.objs[target.x]
 				if len(lst.items) > 0 || len(lst.frames) > 0 {
 					return d.fail(at, "a list mixes trace events with other values")
@@ -161,7 +168,7 @@ func (d *decoder) setItems(at int64, target val, items []val) error {
 	dict.items = slices.Grow(dict.items, len(items))
 	for i := 0; i+1 < len(items); i += 2 {
 		k, v := d.resolved(items[i]), d.resolved(items[i+1])
-		if k.k == kStr && d.strs[k.x] == "frames" && v.k == kList {
+		if v.k == kList && d.key(k) == keyFrames {
 			if st, ok := d.stackOf(v); ok {
 				d.reduceTo(v, st)
 				v = st
@@ -184,21 +191,18 @@ func (d *decoder) frameOf(v val) (val, bool) {
 	var seen uint8
 	for i := 0; i+1 < len(items); i += 2 {
 		k, x := items[i], items[i+1]
-		if k.k != kStr {
-			return val{}, false
-		}
-		switch d.strs[k.x] {
-		case "filename":
+		switch d.key(k) {
+		case keyFilename:
 			if x.k != kStr {
 				return val{}, false
 			}
 			f.Filename, seen = d.strs[x.x], seen|1
-		case "name":
+		case keyName:
 			if x.k != kStr {
 				return val{}, false
 			}
 			f.Name, seen = d.strs[x.x], seen|2
-		case "line":
+		case keyLine:
 			switch x.k {
 			case kInt:
 				f.Line = int64(x.x)
@@ -259,30 +263,30 @@ func (d *decoder) blockOf(v val) (val, bool) {
 		if k.k != kStr {
 			return val{}, false
 		}
-		switch d.strs[k.x] {
-		case "address":
+		switch d.key(k) {
+		case keyAddress:
 			if x.k != kInt && x.k != kUint {
 				return val{}, false
 			}
 			b.Address, b.HasAddress = x.x, true
-		case "size":
+		case keySize:
 			if x.k != kInt {
 				return val{}, false
 			}
 			b.Size, haveSize = int64(x.x), true
-		case "requested_size":
+		case keyRequestedSize:
 			if x.k != kInt {
 				return val{}, false
 			}
 			b.RequestedSize = int64(x.x)
-		case "state":
+		case keyState:
 			if x.k != kStr {
 				return val{}, false
 			}
 			if b.State = snapshot.ParseBlockState(d.strs[x.x]); b.State == snapshot.StateUnknown {
 				return val{}, false
 			}
-		case "frames":
+		case keyFrames:
 			switch x.k {
 			case kStack:
 				b.Stack = snapshot.StackID(x.x)
@@ -292,9 +296,9 @@ func (d *decoder) blockOf(v val) (val, bool) {
 				return val{}, false
 			}
 			haveFrames = true
-		case "history":
+		case keyHistory:
 			history = i + 1
-		case "action", "filename":
+		case keyAction, keyFilename:
 			return val{}, false
 		}
 	}
@@ -313,7 +317,7 @@ func (d *decoder) blockOf(v val) (val, bool) {
 				return val{}, false
 			}
 			for _, fr := range d.pairs(first) {
-				if fr[0].k == kStr && d.strs[fr[0].x] == "frames" {
+				if d.key(fr[0]) == keyFrames {
 					switch fr[1].k {
 					case kStack:
 						b.Stack = snapshot.StackID(fr[1].x)
@@ -340,9 +344,21 @@ func (d *decoder) pairs(v val) [][2]val {
 	return out
 }
 
+// signature tells what a dict may be from one scan of its keys: keyFilename (a frame),
+// keyAction (a trace event), keyState (a block) or keyNone.
+func (d *decoder) signature(items []val) keyCode {
+	for i := 0; i < len(items); i += 2 {
+		switch c := d.key(items[i]); c {
+		case keyFilename, keyAction, keyState:
+			return c
+		}
+	}
+	return keyNone
+}
+
 func (d *decoder) isEventDict(items []val) bool {
 	for i := 0; i+1 < len(items); i += 2 {
-		if items[i].k == kStr && d.strs[items[i].x] == "action" {
+		if d.key(items[i]) == keyAction {
 			return items[i+1].k == kStr
 		}
 	}
@@ -359,23 +375,23 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 			continue
 		}
 		var err error
-		switch d.strs[k.x] {
-		case "action":
+		switch d.key(k) {
+		case keyAction:
 			ev.Action = snapshot.ParseAction(d.str(x))
 			if ev.Action == snapshot.ActionOther {
 				extra.ActionName = d.str(x)
 			}
-		case "addr":
+		case keyAddr:
 			ev.Addr, err = d.uintField(at, "addr", x)
-		case "size":
+		case keySize:
 			ev.Size, err = d.intField(at, "size", x)
-		case "stream":
+		case keyStream:
 			ev.Stream, err = d.uintField(at, "stream", x)
-		case "time_us":
+		case keyTimeUS:
 			ev.TimeUS, err = d.intField(at, "time_us", x)
-		case "device_free":
+		case keyDeviceFree:
 			ev.DeviceFree, err = d.intField(at, "device_free", x)
-		case "frames":
+		case keyFrames:
 			switch x.k {
 			case kStack:
 				ev.Stack = snapshot.StackID(x.x)
@@ -383,29 +399,29 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 			default:
 				return ev, d.fail(at, "trace event frames is a %s, not a list of frames", x.k)
 			}
-		case "compile_context":
+		case keyCompileContext:
 			if x.k == kStr {
 				extra.CompileContext = d.strs[x.x]
 			}
-		case "user_metadata":
+		case keyUserMetadata:
 			if x.k == kStr {
 				extra.UserMetadata = d.strs[x.x]
 			}
-		case "category":
+		case keyCategory:
 			if x.k == kStr {
 				extra.Category = d.strs[x.x]
 			}
-		case "internal_metadata":
+		case keyInternalMetadata:
 			if x.k == kStr {
 				extra.InternalMetadata = d.strs[x.x]
 			}
-		case "pool_id":
+		case keyPoolID:
 			if x.k == kTuple || x.k == kList {
 				if items := d.objs[x.x].items; len(items) == 2 && items[0].k == kInt && items[1].k == kInt {
 					extra.PoolID = snapshot.PoolID{int64(items[0].x), int64(items[1].x)}
 				}
 			}
-		case "forward_frames":
+		case keyForwardFrames:
 			if x.k == kList {
 				var lines []string
 				for _, it := range d.objs[x.x].items {
