@@ -272,6 +272,18 @@ func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
 func SummarizeRanks(ctx context.Context, dir string, ranks []load.Rank, opt SummaryOptions) (*Summary, error) {
 	out := &Summary{Path: dir, Devices: []DeviceSummary{}, Ranks: []RankSummary{}, Notes: []string{}}
 	var caps []snapshot.Capabilities
+	if opt.Device != nil { // ranks usually sit on different devices: keep those that have it
+		var keep []load.Rank
+		for _, r := range ranks {
+			if slices.Contains(r.Snap.Devices(), *opt.Device) {
+				keep = append(keep, r)
+			}
+		}
+		if len(keep) == 0 {
+			return nil, fmt.Errorf("%s: no rank has device %d", dir, *opt.Device)
+		}
+		ranks = keep
+	}
 	for i, r := range ranks {
 		s, err := Summarize(ctx, r.Snap, opt)
 		if err != nil {
@@ -396,7 +408,7 @@ func (s *Summary) Text() string {
 		}
 	}
 	if s.OOMs > 0 {
-		fmt.Fprintf(&b, "OOM events: %d (run `memsnap oom` for the verdict)\n", s.OOMs)
+		fmt.Fprintf(&b, "OOM events: %d (the OOM report — `memsnap oom` / MCP `oom-report` — gives the verdict)\n", s.OOMs)
 	}
 	if st := s.AllocatorSettings; st.Present && st.AllocConf != "" {
 		fmt.Fprintf(&b, "PYTORCH_CUDA_ALLOC_CONF=%s\n", st.AllocConf)

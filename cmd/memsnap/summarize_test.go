@@ -198,3 +198,13 @@ func TestCLIErrors(t *testing.T) {
 		t.Errorf("--help: %v\n%s", err, out)
 	}
 }
+
+func TestSummarizeRanksOneDevice(t *testing.T) {
+	s := summarizeJSON(t, "summarize", "--json", "--device", "1", filepath.Join(scenarios, "multirank"))
+	if len(s.Ranks) != 1 || s.Ranks[0].Rank != 1 || len(s.Devices) != 1 || s.Devices[0].Device != 1 || s.Totals.ReservedBytes != 1740636160 {
+		t.Fatalf("ranks %+v devices %+v totals %+v", s.Ranks, s.Devices, s.Totals)
+	}
+	if _, err := run(t, "summarize", "--device", "7", filepath.Join(scenarios, "multirank")); err == nil || !strings.Contains(err.Error(), "multirank: no rank has device 7") {
+		t.Fatalf("err %v", err)
+	}
+}
