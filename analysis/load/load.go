@@ -109,7 +109,7 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 	fail := func(off int64, format string, args ...any) error {
 		return &Error{File: name, Offset: off, Msg: fmt.Sprintf(format, args...)}
 	}
-	br := bufio.NewReaderSize(&countingReader{r: r, total: size, opt: opt}, 1<<20)
+	br := bufio.NewReaderSize(&countingReader{r: r, total: size, opt: opt}, 64<<10)
 	head, _ := br.Peek(2)
 	var format snapshot.Format
 	var src io.Reader = br
@@ -120,7 +120,7 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 		}
 		defer zr.Close()
 		format.Gzip = true
-		src = bufio.NewReaderSize(zr, 1<<20)
+		src = bufio.NewReaderSize(zr, 64<<10)
 	}
 	inner := src.(*bufio.Reader)
 	first, err := inner.Peek(1)
