@@ -159,6 +159,7 @@ func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
 		opt:          opt,
 		nextProgress: progressEvery,
 	}
+	defer d.memo.release()
 	root, err := d.run()
 	if err != nil {
 		return nil, err
@@ -774,11 +775,21 @@ func decodeLong(raw []byte) (val, string) {
 
 // memoTable is the dense part of the memo, in fixed pages so that growing it never copies.
 type memoTable struct {
-	pages [][]val
-	n     uint64 // slots 0..n-1 exist (unset ones hold kMark); pages beyond n are zero
+	pages  [][]val
+	raw    [][]byte // the pages' memory, to release
+	mapped []bool   // raw[i] is an anonymous mapping (else heap memory)
+	n      uint64   // slots 0..n-1 exist (unset ones hold kMark); pages beyond n are zero
 }
 
 const memoPageBits = 17 // 4 MiB pages: each holds at least one aligned huge page
+
+// release returns the pages; the table is empty afterwards.
+func (m *memoTable) release() {
+	for i, r := range m.raw {
+		unmapScratch(r, m.mapped[i])
+	}
+	*m = memoTable{}
+}
 
 func (m *memoTable) at(i uint64) *val {
 	if i >= m.n {
@@ -790,9 +801,12 @@ func (m *memoTable) at(i uint64) *val {
 func (m *memoTable) set(i uint64, v val) {
 	for m.n <= i {
 		if m.n>>memoPageBits == uint64(len(m.pages)) {
-			page := make([]val, 1<<memoPageBits)
-			adviseHuge(unsafe.Pointer(unsafe.SliceData(page)), uintptr(len(page))*unsafe.Sizeof(val{}))
-			m.pages = append(m.pages, page)
+			// Memo pages hold no pointers, so they can live outside the Go heap for the
+			// decode's duration: no GC accounting, huge pages, returned at once afterwards.
+			raw, mapped := mapScratch((1 << memoPageBits) * int(unsafe.Sizeof(val{})))
+			m.raw = append(m.raw, raw)
+			m.mapped = append(m.mapped, mapped)
+			m.pages = append(m.pages, unsafe.Slice((*val)(unsafe.Pointer(unsafe.SliceData(raw))), 1<<memoPageBits))
 		}
 		if m.n < i { // a slot skipped by BINPUT stays unset
 			*m.slot(m.n) = val{k: kMark}
