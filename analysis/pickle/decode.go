@@ -98,13 +98,17 @@ type val struct {
 // rewritten to the reduction. Only the containers still under construction stay allocated,
 // so memory follows the snapshot's size, not the number of dicts in the file.
 type object struct {
-	items    []val
-	frames   []snapshot.FrameID // a list holding only frames, before it is reduced to a stack
-	ev       *eventList         // a list of reduced trace events
-	red      uint64             // the reduction's payload (see redKind)
-	redKind  kind               // kNone until reduced; then kStack, kFrame or kEvent
-	shared   bool               // more references may exist than the one memo slot
-	memoSlot int32              // the memo slot holding this object, -1 if none
+	items  []val
+	frames []snapshot.FrameID // a list holding only frames, before it is reduced to a stack
+	// framesHash is snapshot.StackHash(frames) when hashedN == len(frames) (kept up to date
+	// while a traceback is read, so interning it needs no second pass).
+	framesHash uint64
+	hashedN    int
+	ev         *eventList // a list of reduced trace events
+	red        uint64     // the reduction's payload (see redKind)
+	redKind    kind       // kNone until reduced; then kStack, kFrame or kEvent
+	shared     bool       // more references may exist than the one memo slot
+	memoSlot   int32      // the memo slot holding this object, -1 if none
 }
 
 type eventList struct {
@@ -292,10 +296,10 @@ func (d *decoder) newObj(k kind, items []val) val {
 		if items == nil {
 			items = o.items[:0]
 		}
-		*o = object{items: items, frames: o.frames[:0], memoSlot: -1}
+		*o = object{items: items, frames: o.frames[:0], memoSlot: -1, framesHash: snapshot.StackHashSeed}
 		return val{k: k, x: uint64(i)}
 	}
-	d.objs = append(d.objs, object{items: items, memoSlot: -1})
+	d.objs = append(d.objs, object{items: items, memoSlot: -1, framesHash: snapshot.StackHashSeed})
 	return val{k: k, x: uint64(len(d.objs) - 1)}
 }
 
@@ -831,6 +835,10 @@ func (d *decoder) frameRun() {
 		return
 	}
 	start := len(lst.frames)
+	h := lst.framesHash
+	if lst.hashedN != start {
+		h = snapshot.StackHash(lst.frames)
+	}
 	for d.fill(5) {
 		var idx uint64
 		var width int
@@ -841,6 +849,7 @@ func (d *decoder) frameRun() {
 			idx, width = uint64(binary.LittleEndian.Uint32(d.buf[d.pos+1:])), 5
 		default:
 			if d.buf[d.pos] == 'e' || len(lst.frames) == start {
+				lst.framesHash, lst.hashedN = h, len(lst.frames)
 				return // APPENDS takes the run as it stands (or there was none)
 			}
 			d.unrun(lst, start)
@@ -851,6 +860,7 @@ func (d *decoder) frameRun() {
 			break
 		}
 		lst.frames = append(lst.frames, snapshot.FrameID(p.x))
+		h = snapshot.HashFrame(h, snapshot.FrameID(p.x))
 		d.pos += width
 	}
 	d.unrun(lst, start)
@@ -862,6 +872,7 @@ func (d *decoder) unrun(lst *object, start int) {
 		d.push(val{k: kFrame, x: uint64(f)})
 	}
 	lst.frames = lst.frames[:start]
+	lst.hashedN = -1
 }
 
 // newStr stores a string and returns its value; the snapshot's own key names also get a

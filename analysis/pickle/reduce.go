@@ -108,7 +108,7 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 			for _, f := range lst.frames {
 				lst.items = append(lst.items, val{k: kFrame, x: uint64(f)})
 			}
-			lst.frames = lst.frames[:0]
+			lst.frames, lst.hashedN = lst.frames[:0], -1
 		}
 		lst.items = append(lst.items, it)
 	}
@@ -227,6 +227,9 @@ func (d *decoder) stackOf(v val) (val, bool) {
 		return val{}, false
 	}
 	if len(o.items) == 0 {
+		if o.hashedN == len(o.frames) {
+			return val{k: kStack, x: uint64(d.in.StackWithHash(o.frames, o.framesHash))}, true
+		}
 		return val{k: kStack, x: uint64(d.in.Stack(o.frames))}, true
 	}
 	ids := d.frameBuf[:0]

@@ -23,7 +23,7 @@ func NewInterner() *Interner {
 	return &Interner{
 		Stacks:  [][]FrameID{{}},
 		frameID: map[Frame]FrameID{},
-		byHash:  map[uint64]StackID{14695981039346656037: EmptyStack},
+		byHash:  map[uint64]StackID{StackHashSeed: EmptyStack},
 		stackID: map[string]StackID{},
 		recent:  new([4096]recentStack),
 	}
@@ -43,10 +43,27 @@ func (in *Interner) Frame(f Frame) FrameID {
 // Stack interns a frame sequence; ids is not retained. Stacks are found by a hash of their
 // frame ids and confirmed by comparing the ids, so no key is built per lookup.
 func (in *Interner) Stack(ids []FrameID) StackID {
-	h := uint64(14695981039346656037)
+	return in.StackWithHash(ids, StackHash(ids))
+}
+
+// StackHashSeed is the hash of the empty stack; HashFrame extends a hash by one frame id, so
+// a decoder can hash a traceback while it reads it.
+const StackHashSeed uint64 = 14695981039346656037
+
+// HashFrame extends a stack hash (FNV-1a over the frame ids) by one frame.
+func HashFrame(h uint64, id FrameID) uint64 { return (h ^ uint64(uint32(id))) * 1099511628211 }
+
+// StackHash is the hash Stack uses for a frame sequence.
+func StackHash(ids []FrameID) uint64 {
+	h := StackHashSeed
 	for _, id := range ids {
-		h = (h ^ uint64(uint32(id))) * 1099511628211
+		h = HashFrame(h, id)
 	}
+	return h
+}
+
+// StackWithHash is Stack for a caller that already has StackHash(ids).
+func (in *Interner) StackWithHash(ids []FrameID, h uint64) StackID {
 	// Real files repeat a few thousand stacks across millions of tracebacks: a small
 	// direct-mapped cache answers most lookups without touching the map.
 	c := &in.recent[h%uint64(len(in.recent))]
