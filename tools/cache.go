@@ -128,6 +128,9 @@ func (c *Cache) get(ctx context.Context, path string, progress func(done, total 
 	version := fmt.Sprintf("%s|%d|%d", key.path, key.size, key.mtime)
 	v, err := c.fetch(ctx, key, path, progress, func(ctx context.Context, opt load.Options) (loaded, error) {
 		s, err := c.loader(ctx, path, opt)
+		if s != nil {
+			s.Compact() // kept for many calls: no spare event capacity
+		}
 		return loaded{snap: s}, err
 	})
 	if v.snap == nil && err == nil {
@@ -165,6 +168,11 @@ func (c *Cache) getDir(ctx context.Context, dir string) ([]load.Rank, string, er
 	version := fmt.Sprintf("%s|dir|%d|%x", dir, total, h.Sum64())
 	v, err := c.fetch(ctx, key, dir, nil, func(ctx context.Context, opt load.Options) (loaded, error) {
 		ranks, err := c.dirLoader(ctx, dir, opt)
+		for _, r := range ranks {
+			if r.Snap != nil {
+				r.Snap.Compact()
+			}
+		}
 		return loaded{ranks: ranks}, err
 	})
 	return v.ranks, version, err

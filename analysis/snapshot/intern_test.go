@@ -56,3 +56,13 @@ func TestIsCppFrame(t *testing.T) {
 		}
 	}
 }
+
+func TestCompact(t *testing.T) {
+	evs := make([]Event, 3, 100000)
+	evs[2].Size = 7
+	s := &Snapshot{DeviceTraces: [][]Event{evs, make([]Event, 2, 3)}}
+	s.Compact()
+	if cap(s.DeviceTraces[0]) != 3 || s.DeviceTraces[0][2].Size != 7 || cap(s.DeviceTraces[1]) != 3 {
+		t.Fatalf("caps %d %d", cap(s.DeviceTraces[0]), cap(s.DeviceTraces[1]))
+	}
+}

@@ -261,3 +261,14 @@ func (s *Snapshot) Devices() []int {
 	slices.Sort(out)
 	return out
 }
+
+// Compact releases spare capacity of the device traces (a loader may size them for the most
+// events a file could hold). Worth it for snapshots kept in memory long, as a server's cache
+// does; a one-shot command need not pay for the copy.
+func (s *Snapshot) Compact() {
+	for d, evs := range s.DeviceTraces {
+		if cap(evs)-len(evs) > 4096 && cap(evs) > len(evs)+len(evs)/4 {
+			s.DeviceTraces[d] = slices.Clone(evs)
+		}
+	}
+}
