@@ -318,7 +318,10 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 		r.Kind = KindStack
 		ids := snap.Stacks[idx]
 		r.Total = len(ids)
-		end := min(len(ids), opt.Offset+opt.Limit)
+		end := len(ids)
+		if opt.Offset < len(ids) && opt.Limit < len(ids)-opt.Offset {
+			end = opt.Offset + opt.Limit
+		}
 		st := Stack{ID: idx, Frames: []string{}, FramesTotal: len(ids)}
 		for i := min(opt.Offset, len(ids)); i < end; i++ {
 			st.Frames = append(st.Frames, frameString(snap.Frames[ids[i]]))
@@ -379,9 +382,9 @@ func (p *pager) addStack(id snapshot.StackID) int {
 func (p *pager) page(sp span, add func(i int) (any, snapshot.StackID)) {
 	r := p.r
 	r.Total = sp.hi - sp.lo
-	start := sp.lo + p.opt.Offset
-	if start > sp.hi {
-		start = sp.hi
+	start := sp.hi
+	if p.opt.Offset < sp.hi-sp.lo { // compared as a length: lo + a huge offset would overflow
+		start = sp.lo + p.opt.Offset
 	}
 	i := start
 	for ; i < sp.hi && i-start < p.opt.Limit; i++ {

@@ -167,3 +167,32 @@ func TestReadErrors(t *testing.T) {
 		t.Error("nil snapshot accepted")
 	}
 }
+
+// TestReadHugeOffset: an offset near the largest int past a slice's start or with a limit must
+// not overflow into a negative index (a resource URI carries any offset).
+func TestReadHugeOffset(t *testing.T) {
+	s := testSnap()
+	const huge = int(^uint(0)>>1) - 3
+	for _, tc := range []struct {
+		section string
+		opt     Options
+	}{
+		{"device_traces[0][5:]", Options{Offset: huge}},
+		{"segments[1].blocks[10:20]", Options{Offset: huge}},
+		{"stacks[2]", Options{Offset: 5, Limit: huge}},
+		{"stacks[2]", Options{Offset: huge, Limit: 10}},
+	} {
+		r, err := Read(s, tc.section, tc.opt)
+		if err != nil {
+			t.Errorf("%s %+v: %v", tc.section, tc.opt, err)
+			continue
+		}
+		want := 0
+		if tc.opt.Offset == 5 {
+			want = 25 // stack 2 has 30 frames
+		}
+		if r.Returned != want || r.More {
+			t.Errorf("%s %+v: returned %d more %v, want %d false", tc.section, tc.opt, r.Returned, r.More, want)
+		}
+	}
+}
