@@ -39,7 +39,14 @@ func addSectionTemplate(s *server.MCPServer, e *env) {
 	s.AddResourceTemplate(mcp.NewResourceTemplate(SectionTemplate, "snapshot section",
 		mcp.WithTemplateDescription("One section of a snapshot file, as JSON, paged: section is allocator_settings, external_annotations, segments, segments[N], segments[N].blocks[A:B], device_traces[D], stacks[ID], format or capabilities; path is the snapshot file under the server's roots; both percent-encoded as template expansion does (segments%5B3%5D?path=%2Fdata%2Fsnap.pickle)"),
 		mcp.WithTemplateMIMEType("application/json")),
-		func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		func(ctx context.Context, req mcp.ReadResourceRequest) (_ []mcp.ResourceContents, err error) {
+			// mcp-go recovers panics in tool handlers only: one in a resource handler would end
+			// the whole server.
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("snapshot section failed with an internal error (%v); this is a memsnap bug — report it with the file's PyTorch version", p)
+				}
+			}()
 			in, err := parseSectionURI(req.Params.URI)
 			if err != nil {
 				return nil, err
