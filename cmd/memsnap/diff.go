@@ -28,6 +28,9 @@ step (not a leak), or no growth.`,
   memsnap diff before.pickle after.pickle --json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
+			if args[0] == "-" && args[1] == "-" {
+				return fmt.Errorf("diff: only one of BEFORE and AFTER can be standard input")
+			}
 			before, err := loadSnapshot(c.Context(), args[0], lo)
 			if err != nil {
 				return err
@@ -35,9 +38,6 @@ step (not a leak), or no growth.`,
 			after, err := loadSnapshot(c.Context(), args[1], lo)
 			if err != nil {
 				return err
-			}
-			if args[0] == "-" && args[1] == "-" {
-				return fmt.Errorf("diff: only one of BEFORE and AFTER can be standard input")
 			}
 			if !c.Flags().Changed("device") {
 				opt.Device = analysis.AllDevices

@@ -187,6 +187,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"summarize", bad}, "bad.pickle: corrupt pickle: unsupported or invalid opcode 0xff (at byte 2)"},
 		{[]string{"summarize"}, "accepts 1 arg(s), received 0"},
 		{[]string{"summarize", "--bogus", bad}, "unknown flag: --bogus (see memsnap summarize --help)"},
+		{[]string{"diff", "-", "-"}, "only one of BEFORE and AFTER can be standard input"},
 	} {
 		_, err := run(t, c.args...)
 		if err == nil || !strings.Contains(oneLine(err), c.want) || exitCode(err) != 2 {
