@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -26,10 +27,13 @@ func parseSize(s string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f <= 0 {
+	n := f * float64(mult)
+	// NaN, infinities, sizes past int64 and sizes under one byte would convert to a negative or
+	// zero size, which the analysis reads as "estimate it" without saying so.
+	if err != nil || !(n >= 1 && n < math.MaxInt64) {
 		return 0, fmt.Errorf("bad size %q (use e.g. 80GiB)", s)
 	}
-	return int64(f * float64(mult)), nil
+	return int64(n), nil
 }
 
 func newOOMCmd() *cobra.Command {

@@ -22,6 +22,11 @@ func TestParseSize(t *testing.T) {
 		{"", 0, false},
 		{"-1G", 0, false},
 		{"lots", 0, false},
+		{"nan", 0, false},
+		{"inf", 0, false},
+		{"1e30", 0, false},
+		{"16777216TiB", 0, false},
+		{"0.5", 0, false},
 	}
 	for _, tc := range tests {
 		got, err := parseSize(tc.in)
