@@ -27,23 +27,25 @@ func summarizeTool(e *env) (server.ServerTool, error) {
 			if err != nil {
 				return nil, err
 			}
+			var s *analysis.Summary
 			if load.IsDir(p) {
-				ranks, version, err := e.cache.getDir(ctx, p)
-				if err != nil {
-					return nil, err
+				ranks, version, lerr := e.cache.getDir(ctx, p)
+				if lerr != nil {
+					return nil, lerr
 				}
-				return memoized(e, "summarize", in, []string{version}, func() (*analysis.Summary, error) {
+				s, err = memoized(e, "summarize", in, []string{version}, func() (*analysis.Summary, error) {
 					return analysis.SummarizeRanks(ctx, p, ranks, opt)
 				})
+			} else {
+				snap, version, lerr := e.snapshotAt(ctx, p, "path")
+				if lerr != nil {
+					return nil, lerr
+				}
+				s, err = memoized(e, "summarize", in, []string{version}, func() (*analysis.Summary, error) {
+					return analysis.Summarize(ctx, snap, opt)
+				})
 			}
-			snap, version, err := e.snapshotAt(ctx, p, "path")
-			if err != nil {
-				return nil, err
-			}
-			s, err := memoized(e, "summarize", in, []string{version}, func() (*analysis.Summary, error) {
-				return analysis.Summarize(ctx, snap, opt)
-			})
-			if err != nil && in.Device != nil {
+			if err != nil && in.Device != nil && ctx.Err() == nil {
 				return nil, userErrorf("%v: call summarize without device to see every device", err)
 			}
 			return s, err

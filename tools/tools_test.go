@@ -194,6 +194,8 @@ func TestToolErrors(t *testing.T) {
 		{"summarize", map[string]any{"path": fx(t, "activation_oom.pickle"), "bogus": 1}, "bogus"},
 		{"summarize", map[string]any{}, "path"},
 		{"summarize", map[string]any{"path": fx(t, "activation_oom.pickle"), "device": 7}, "no device 7"},
+		{"summarize", map[string]any{"path": fx(t, "activation_oom.pickle"), "device": 7}, "call summarize without device"},
+		{"summarize", map[string]any{"path": fx(t, "multirank"), "device": 7}, "call summarize without device"},
 		{"read-raw-section", map[string]any{"path": fx(t, "activation_oom.pickle"), "section": "segments[99]"}, "31 segments"},
 		{"read-raw-section", map[string]any{"path": fx(t, "activation_oom.pickle"), "section": "nonsense"}, "sections are"},
 		{"top-stacks", map[string]any{"path": scenarios(t)}, "is a directory"},
