@@ -236,6 +236,9 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 	switch m[1] {
 	case "segments":
 		if idx >= len(snap.Segments) {
+			if len(snap.Segments) == 0 {
+				return nil, errorf("segments[%d] does not exist: the file has no segments", idx)
+			}
 			return nil, errorf("segments[%d] does not exist: the file has %d segments (0 to %d); read section \"segments\" to list them", idx, len(snap.Segments), len(snap.Segments)-1)
 		}
 		seg := &snap.Segments[idx]
@@ -278,6 +281,9 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 		return r, nil
 	case "device_traces":
 		if idx >= len(snap.DeviceTraces) {
+			if len(snap.DeviceTraces) == 0 {
+				return nil, errorf("device_traces[%d] does not exist: the file has no trace (history was not recorded)", idx)
+			}
 			return nil, errorf("device_traces[%d] does not exist: the file has traces for devices 0 to %d", idx, len(snap.DeviceTraces)-1)
 		}
 		evs := snap.DeviceTraces[idx]
@@ -313,6 +319,9 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 			return nil, errorf("cannot read %q: stacks[ID] takes no suffix; use offset/limit to page its frames", section)
 		}
 		if idx >= len(snap.Stacks) {
+			if len(snap.Stacks) == 0 {
+				return nil, errorf("stacks[%d] does not exist: the file has no stacks", idx)
+			}
 			return nil, errorf("stacks[%d] does not exist: stack ids run from 0 to %d", idx, len(snap.Stacks)-1)
 		}
 		r.Kind = KindStack

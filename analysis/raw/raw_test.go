@@ -163,6 +163,16 @@ func TestReadErrors(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tc.section, err, tc.want)
 		}
 	}
+	empty := &snapshot.Snapshot{Path: "empty.pickle"}
+	for section, want := range map[string]string{
+		"segments[0]":      "segments[0] does not exist: the file has no segments",
+		"device_traces[0]": "device_traces[0] does not exist: the file has no trace",
+		"stacks[0]":        "stacks[0] does not exist: the file has no stacks",
+	} {
+		if _, err := Read(empty, section, Options{}); err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "-1") {
+			t.Errorf("empty file, %s: %v, want %q", section, err, want)
+		}
+	}
 	if _, err := Read(nil, "segments", Options{}); err == nil {
 		t.Error("nil snapshot accepted")
 	}
