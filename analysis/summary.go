@@ -185,7 +185,7 @@ func summarizeDevice(ctx context.Context, snap *snapshot.Snapshot, dev int, opt 
 		ds.Pools = ds.Pools[:opt.MaxPools]
 	}
 	ds.Trace.ByAction = []ActionCount{}
-	if dev < len(snap.DeviceTraces) {
+	if dev >= 0 && dev < len(snap.DeviceTraces) {
 		evs := snap.DeviceTraces[dev]
 		ds.Trace.Events = len(evs)
 		if dev < len(snap.DroppedEvents) {
@@ -431,7 +431,7 @@ type peaks struct{ allocated, reserved int64 }
 // the file's final state.
 func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, error) {
 	var evs []snapshot.Event
-	if dev < len(snap.DeviceTraces) {
+	if dev >= 0 && dev < len(snap.DeviceTraces) {
 		evs = snap.DeviceTraces[dev]
 	}
 	type blk struct {

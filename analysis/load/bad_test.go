@@ -179,3 +179,26 @@ func TestNewestEventFields(t *testing.T) {
 		}
 	}
 }
+
+// TestImpossibleValues: values no snapshot can hold are refused with the place they are at.
+func TestImpossibleValues(t *testing.T) {
+	seg := func(fields string) []byte {
+		return []byte(`{"segments": [{"device": 0, "address": 4096, "total_size": 1024, "stream": 0, ` + fields + `}]}`)
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"negative device", []byte(`{"segments": [{"device": -3, "address": 0, "total_size": 0, "blocks": []}]}`), "segments[0]: device -3 is not a CUDA device index"},
+		{"negative total", []byte(`{"segments": [{"device": 0, "address": 0, "total_size": -5, "blocks": []}]}`), "segments[0]: total_size -5 is not a possible segment size"},
+		{"negative block", seg(`"blocks": [{"size": -5, "requested_size": 0, "state": "inactive"}]`), "segments[0]: blocks[0]: size -5 / requested_size 0 are not possible sizes"},
+		{"blocks overflow", seg(`"blocks": [{"size": 1024, "state": "inactive"}, {"size": 4611686018427387904, "state": "inactive"}]`), "segments[0]: blocks[1]: size 4611686018427387904"},
+		{"blocks exceed total", seg(`"blocks": [{"size": 1024, "state": "inactive"}, {"size": 512, "state": "inactive"}]`), "segments[0]: blocks[1]: the blocks add up to more than the segment's total_size 1024"},
+	} {
+		_, err := Reader(context.Background(), bytes.NewReader(c.data), c.name, 0, Options{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err %v, want %q", c.name, err, c.want)
+		}
+	}
+}

@@ -14,6 +14,13 @@ import (
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
+// Bounds on what a snapshot can hold: larger values are corruption, and refusing them keeps
+// every total far from int64 overflow.
+const (
+	maxDevice = 1 << 16
+	maxBytes  = 1 << 50 // 1 PiB, more than any device
+)
+
 // converter turns a plain value tree (from the fast pickle path, from JSON, or from a generic
 // pickle decoder in tests) into the typed model. Frames lists may already be interned
 // (snapshot.StackID leaves) and traces already typed (pickle.EventList); both forms are read.
@@ -198,17 +205,29 @@ func (c *converter) segment(v any, format *snapshot.Format) (snapshot.Segment, e
 	if errs.err != nil {
 		return seg, errs.err
 	}
+	if seg.Device < 0 || seg.Device > maxDevice {
+		return seg, fmt.Errorf("device %d is not a CUDA device index", seg.Device)
+	}
+	if seg.TotalSize < 0 || seg.TotalSize > maxBytes {
+		return seg, fmt.Errorf("total_size %d is not a possible segment size", seg.TotalSize)
+	}
 	blocks, _ := m["blocks"].([]any)
 	if bv, ok := m["blocks"]; ok && bv != nil && blocks == nil {
 		return seg, fmt.Errorf("blocks is a %s, not a list", typeName(bv))
 	}
 	seg.Blocks = make([]snapshot.Block, 0, len(blocks))
 	next := seg.Address
-	var alloc, active, requested int64
+	var sum, alloc, active, requested int64
 	for i, bv := range blocks {
 		b, err := c.block(bv, next, format)
 		if err != nil {
 			return seg, fmt.Errorf("blocks[%d]: %w", i, err)
+		}
+		if b.Size < 0 || b.Size > maxBytes || b.RequestedSize < 0 || b.RequestedSize > maxBytes {
+			return seg, fmt.Errorf("blocks[%d]: size %d / requested_size %d are not possible sizes", i, b.Size, b.RequestedSize)
+		}
+		if sum += b.Size; sum > seg.TotalSize {
+			return seg, fmt.Errorf("blocks[%d]: the blocks add up to more than the segment's total_size %d", i, seg.TotalSize)
 		}
 		next = b.Address + uint64(b.Size)
 		switch b.State {
