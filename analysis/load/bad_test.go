@@ -202,3 +202,16 @@ func TestImpossibleValues(t *testing.T) {
 		}
 	}
 }
+
+func TestDirDuplicateRanks(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"step5_rank0.pickle", "step50_rank0.pickle"} {
+		if err := os.WriteFile(filepath.Join(dir, name), minimal, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Dir(context.Background(), dir, Options{})
+	if err == nil || !strings.Contains(err.Error(), "step50_rank0.pickle and step5_rank0.pickle both claim rank 0") {
+		t.Fatalf("err %v", err)
+	}
+}

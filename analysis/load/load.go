@@ -262,6 +262,14 @@ func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 			ranks[i].Rank = i
 		}
 	}
+	byRank := map[int]string{}
+	for _, r := range ranks {
+		if other, ok := byRank[r.Rank]; ok {
+			return nil, &Error{File: dir, Offset: -1, Msg: fmt.Sprintf("%s and %s both claim rank %d: a rank directory holds one snapshot per rank (load snapshots of different steps one at a time)",
+				filepath.Base(other), filepath.Base(r.File), r.Rank)}
+		}
+		byRank[r.Rank] = r.File
+	}
 	errs := make([]error, len(files))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
