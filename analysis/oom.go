@@ -411,6 +411,13 @@ func usesExpandable(snap *snapshot.Snapshot, dev int) bool {
 // judge sets the verdict, explanation and fixes.
 func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snapshot.Snapshot) {
 	total, src := opt.DeviceTotalBytes, "option"
+	ignored := ""
+	if total > 0 && total < o.ReservedBytes+o.DeviceFreeBytes {
+		// The given size cannot hold what PyTorch reserved plus what the driver reported free.
+		ignored = fmt.Sprintf(" (the device memory given, %s, is less than reserved + free, %s: it was ignored and the size estimated)",
+			FormatBytes(total), FormatBytes(o.ReservedBytes+o.DeviceFreeBytes))
+		total = 0
+	}
 	if total <= 0 {
 		total, src = estimateDeviceTotal(o.ReservedBytes+o.DeviceFreeBytes), "estimate"
 	}
@@ -475,6 +482,7 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snaps
 	if src == "estimate" && o.Verdict != VerdictOutsidePyTorch {
 		o.Explanation += fmt.Sprintf(" (the file does not record the device size; assumed %s, the smallest common GPU size holding reserved + free: pass the real size if it differs)", FormatBytes(total))
 	}
+	o.Explanation += ignored
 }
 
 func capacityFixes(dominant string) []string {

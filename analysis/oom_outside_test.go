@@ -31,6 +31,9 @@ func TestOOMOutsideAmount(t *testing.T) {
 		{"16 GiB given", 16 * gib, "option", 16*gib - 128*mib, false,
 			[]string{"15.9 GiB is held outside PyTorch's allocator", "of the 16.0 GiB device"},
 			[]string{"at least", "assumed", "estimate"}},
+		{"impossible size given", 1, "estimate", gib - 128*mib, true,
+			[]string{"at least 896 MiB", "the device memory given, 1 B, is less than reserved + free, 128 MiB: it was ignored and the size estimated"},
+			[]string{"capacity"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
