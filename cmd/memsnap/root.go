@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -22,13 +23,20 @@ any PyTorch version, pickle or JSON, gzip or not — without running any code fr
 and answers in allocator terms and in your own code.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(c *cobra.Command, _ []string) {
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			// Flags several commands share: negative values mean nothing.
+			for _, name := range []string{"device", "max-trace-events"} {
+				if f := c.Flags().Lookup(name); f != nil && f.Changed && strings.HasPrefix(f.Value.String(), "-") {
+					return fmt.Errorf("--%s %s: must not be negative (see %s --help)", name, f.Value, c.CommandPath())
+				}
+			}
 			// A one-shot command holds one snapshot and exits: collect garbage less often (the
 			// measured gain on a 300 MB file is ~15% at the same peak RSS). The server keeps
 			// snapshots for long, so it stays with Go's default.
 			if c.Name() != "serve" {
 				debug.SetGCPercent(200)
 			}
+			return nil
 		},
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

@@ -65,7 +65,7 @@ loopback address for streamable HTTP at /mcp; --token requires "Authorization: B
 	c.Flags().StringVar(&token, "token", "", "with --http: require the header Authorization: Bearer TOKEN")
 	c.Flags().StringArrayVar(&roots, "root", nil, "directory whose files may be read (repeatable; default the working directory)")
 	c.Flags().Int64Var(&cacheMB, "cache-mb", 4096, "memory budget of the loaded-snapshot cache in MiB")
-	c.Flags().BoolVar(&allowRemote, "allow-remote", false, "with --http: allow a non-loopback listen address (use with --token)")
+	c.Flags().BoolVar(&allowRemote, "allow-remote", false, "with --http and --token: allow a non-loopback listen address")
 	return c
 }
 
@@ -74,6 +74,9 @@ func serveHTTP(ctx context.Context, c *cobra.Command, srv *server.MCPServer, add
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--http %q: want HOST:PORT such as 127.0.0.1:8765: %w", addr, err)
+	}
+	if allowRemote && token == "" {
+		return fmt.Errorf("--allow-remote needs --token: a server reachable from the network must check a bearer token")
 	}
 	if !allowRemote && !isLoopback(host) {
 		return fmt.Errorf("--http %q is not a loopback address: use 127.0.0.1 or localhost, or pass --allow-remote (with --token)", addr)

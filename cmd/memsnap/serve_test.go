@@ -86,4 +86,9 @@ func TestServeHTTPRefusesRemote(t *testing.T) {
 			t.Errorf("%s: %v", addr, err)
 		}
 	}
+	// Reachable from the network only with a token.
+	err = serveHTTP(context.Background(), c, srv, "0.0.0.0:0", "", true)
+	if err == nil || !strings.Contains(err.Error(), "--allow-remote needs --token") {
+		t.Errorf("--allow-remote without --token: %v", err)
+	}
 }

@@ -209,3 +209,16 @@ func TestSummarizeRanksOneDevice(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestNegativeFlagsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"summarize", "--device", "-3", filepath.Join(scenarios, "summarize_basic.pickle")},
+		{"top-stacks", "--device=-1", filepath.Join(scenarios, "summarize_basic.pickle")},
+		{"summarize", "--max-trace-events", "-1", filepath.Join(scenarios, "summarize_basic.pickle")},
+	} {
+		_, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "must not be negative") || exitCode(err) != 2 {
+			t.Errorf("%v: err %v", args, err)
+		}
+	}
+}
