@@ -6,6 +6,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"strings"
@@ -82,3 +83,9 @@ const (
 	mib = 1024 * kib
 	gib = 1024 * mib
 )
+
+// largestFirst orders report rows by bytes, largest first, then by site name, so that every
+// list is stable across runs.
+func largestFirst(aBytes, bBytes int64, aSite, bSite string) int {
+	return cmp.Or(cmp.Compare(bBytes, aBytes), strings.Compare(aSite, bSite))
+}

@@ -196,13 +196,7 @@ func sortOOMSites(m map[string]*OOMSite, limit int) []OOMSite {
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(x, y OOMSite) int {
-		if x.Bytes != y.Bytes {
-			if x.Bytes > y.Bytes {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(x.Site, y.Site)
+		return largestFirst(x.Bytes, y.Bytes, x.Site, y.Site)
 	})
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]

@@ -470,13 +470,7 @@ func (e *engine) liveSites(a *Attributor, limit int) ([]SiteBytes, int64) {
 
 func sortSiteBytes(s []SiteBytes) {
 	slices.SortFunc(s, func(a, b SiteBytes) int {
-		if a.Bytes != b.Bytes {
-			if a.Bytes > b.Bytes {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Site, b.Site)
+		return largestFirst(a.Bytes, b.Bytes, a.Site, b.Site)
 	})
 }
 
@@ -840,13 +834,7 @@ func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []
 		out = append(out, rs)
 	}
 	slices.SortFunc(out, func(x, y RepeatingSite) int {
-		if x.Bytes != y.Bytes {
-			if x.Bytes > y.Bytes {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(x.Site, y.Site)
+		return largestFirst(x.Bytes, y.Bytes, x.Site, y.Site)
 	})
 	if len(out) > limit {
 		out = out[:limit]

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -185,16 +186,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		r.Sites = append(r.Sites, g.ts)
 	}
 	slices.SortFunc(r.Sites, func(x, y TopSite) int {
-		if x.Bytes != y.Bytes {
-			if x.Bytes > y.Bytes {
-				return -1
-			}
-			return 1
-		}
-		if c := strings.Compare(x.Site, y.Site); c != 0 {
-			return c
-		}
-		return strings.Compare(x.File, y.File)
+		return cmp.Or(largestFirst(x.Bytes, y.Bytes, x.Site, y.Site), strings.Compare(x.File, y.File))
 	})
 	r.Groups = len(r.Sites)
 	if len(r.Sites) > opt.Limit {
