@@ -38,6 +38,9 @@ type FragGroup struct {
 	InternalWasteBytes int64 `json:"internal_waste_bytes"`
 	// ReleasableBytes: fully inactive segments, what torch.cuda.empty_cache() gives back.
 	ReleasableBytes int64 `json:"releasable_bytes"`
+	// PrivatePoolFreeBytes: fully inactive segments of private (CUDA graph) pools: empty_cache()
+	// frees them only once the graph and its pool are released, which the file cannot tell.
+	PrivatePoolFreeBytes int64 `json:"private_pool_free_bytes"`
 	// StrandedBytes: inactive bytes in segments that still hold a live block; empty_cache() cannot
 	// give them back.
 	StrandedBytes int64 `json:"stranded_bytes"`
@@ -47,17 +50,19 @@ type FragGroup struct {
 
 // FragmentationResult describes how the cached memory is split.
 type FragmentationResult struct {
-	Path               string      `json:"path"`
-	ReservedBytes      int64       `json:"reserved_bytes"`
-	AllocatedBytes     int64       `json:"allocated_bytes"`
-	InactiveBytes      int64       `json:"inactive_bytes"`
-	InternalWasteBytes int64       `json:"internal_waste_bytes"`
-	ReleasableBytes    int64       `json:"releasable_bytes"`
-	StrandedBytes      int64       `json:"stranded_bytes"`
-	Groups             []FragGroup `json:"groups"`
-	TotalGroups        int         `json:"total_groups"`
-	Advice             []string    `json:"advice"`
-	Notes              []string    `json:"notes"`
+	Path               string `json:"path"`
+	ReservedBytes      int64  `json:"reserved_bytes"`
+	AllocatedBytes     int64  `json:"allocated_bytes"`
+	InactiveBytes      int64  `json:"inactive_bytes"`
+	InternalWasteBytes int64  `json:"internal_waste_bytes"`
+	ReleasableBytes    int64  `json:"releasable_bytes"`
+	// PrivatePoolFreeBytes: see FragGroup.
+	PrivatePoolFreeBytes int64       `json:"private_pool_free_bytes"`
+	StrandedBytes        int64       `json:"stranded_bytes"`
+	Groups               []FragGroup `json:"groups"`
+	TotalGroups          int         `json:"total_groups"`
+	Advice               []string    `json:"advice"`
+	Notes                []string    `json:"notes"`
 }
 
 func poolString(p snapshot.PoolID) string { return fmt.Sprintf("%d,%d", p[0], p[1]) }
@@ -112,9 +117,12 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 			}
 		}
 		g.InactiveBytes += inactive
-		if !live {
+		switch {
+		case !live && s.PoolID != (snapshot.PoolID{}):
+			g.PrivatePoolFreeBytes += s.TotalSize
+		case !live:
 			g.ReleasableBytes += s.TotalSize
-		} else {
+		default:
 			g.StrandedBytes += inactive
 			if inactive*2 >= s.TotalSize {
 				g.MostlyFreeSegments++
@@ -130,6 +138,7 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 		r.InactiveBytes += g.InactiveBytes
 		r.InternalWasteBytes += g.InternalWasteBytes
 		r.ReleasableBytes += g.ReleasableBytes
+		r.PrivatePoolFreeBytes += g.PrivatePoolFreeBytes
 		r.StrandedBytes += g.StrandedBytes
 		r.Groups = append(r.Groups, *g)
 	}
@@ -159,6 +168,9 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 	r.Notes = append(r.Notes, "this is the cache when the file was written; fragmentation at an earlier peak or OOM needs the trace: run the OOM report (`memsnap oom` / MCP `oom-report`)")
 	if snap.Format.LegacyHistory {
 		r.Notes = append(r.Notes, "PyTorch 2.0 file: block addresses are derived by walking each segment")
+	}
+	if r.PrivatePoolFreeBytes > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%s sits in fully free segments of private (CUDA graph) pools: empty_cache() returns it only after the graphs using those pools are deleted", FormatBytes(r.PrivatePoolFreeBytes)))
 	}
 	return r, nil
 }

@@ -71,8 +71,10 @@ def facts(path, root):
         pools[key]["reserved"] += seg["total_size"]
         pools[key]["segments"] += 1
         if all(b["state"] == "inactive" for b in seg["blocks"]):
-            tot["releasable"] += seg["total_size"]
-            pools[key]["releasable"] += seg["total_size"]
+            # empty_cache() frees private (CUDA graph) pools only once their graph is deleted
+            kind = "releasable" if tuple(seg.get("segment_pool_id", (0, 0))) == (0, 0) else "private_pool_free"
+            tot[kind] += seg["total_size"]
+            pools[key][kind] += seg["total_size"]
         else:
             free = sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive")
             tot["stranded"] += free
