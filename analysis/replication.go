@@ -249,7 +249,7 @@ func Replication(ctx context.Context, ranks []load.Rank, opt ReplicationOptions)
 		{Strategy: "ZeRO-3 / FSDP FULL_SHARD (also shard parameters)", Shards: "optimizer state, gradients, parameters", Bytes: f(r.ModelStateBytes)},
 	}
 	if r.Dominates {
-		r.Recommendation = fmt.Sprintf("parameters, gradients and optimizer state are %.0f%% of each rank's allocated memory (%s of %s) and every rank holds a full copy: shard them with FSDP (FULL_SHARD) or DeepSpeed ZeRO-3 to save about %s per rank ((N-1)/N with N=%d; ZeRO-1 alone saves %s, ZeRO-2 %s)",
+		r.Recommendation = fmt.Sprintf("parameters, gradients and optimizer state are %.0f%% of the median rank's allocated memory (%s of %s) and every rank holds a full copy: shard them with FSDP (FULL_SHARD) or DeepSpeed ZeRO-3 to save about %s per rank ((N-1)/N with N=%d; ZeRO-1 alone saves %s, ZeRO-2 %s)",
 			r.ModelStatePercent, FormatBytes(r.ModelStateBytes), FormatBytes(big.AllocatedBytes), FormatBytes(r.Savings[2].Bytes), n,
 			FormatBytes(r.Savings[0].Bytes), FormatBytes(r.Savings[1].Bytes))
 		if big.DDPBucketBytes > 0 {
