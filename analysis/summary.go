@@ -438,7 +438,9 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 		size          int64
 		pending, gone bool // gone: completely freed (the address has been seen)
 	}
-	seen := make(map[uint64]blk, 1024)
+	// Sized for the addresses a trace touches (far fewer than its events: the allocator reuses
+	// them), so the map rarely grows while the pass runs.
+	seen := make(map[uint64]blk, min(len(evs)/8+1024, 1<<22))
 	var before, running, maxRunning int64 // allocated: seeded, trace's running change, its max
 	var segNet, segRunning, maxSeg int64
 	for i, ev := range evs {

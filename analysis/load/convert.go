@@ -639,7 +639,7 @@ func computeCaps(s *snapshot.Snapshot) {
 	}
 	// Blocks allocated in the trace and not yet completely freed: a free of anything else, or
 	// a live block at the end that is not among them, means the trace misses its beginning.
-	inTrace := map[uint64]bool{}
+	inTrace := make(map[uint64]bool, 1<<14)
 	for dev, evs := range s.DeviceTraces {
 		clear(inTrace)
 		for _, e := range evs {
