@@ -839,30 +839,39 @@ func (d *decoder) frameRun() {
 	if lst.hashedN != start {
 		h = snapshot.StackHash(lst.frames)
 	}
+	frames := lst.frames
 	for d.fill(5) {
-		var idx uint64
-		var width int
-		switch d.buf[d.pos] {
-		case 'h':
-			idx, width = uint64(d.buf[d.pos+1]), 2
-		case 'j':
-			idx, width = uint64(binary.LittleEndian.Uint32(d.buf[d.pos+1:])), 5
-		default:
-			if d.buf[d.pos] == 'e' || len(lst.frames) == start {
-				lst.framesHash, lst.hashedN = h, len(lst.frames)
-				return // APPENDS takes the run as it stands (or there was none)
+		// Decode from a local window while five bytes (the longest reference) remain.
+		buf, pos := d.buf[:d.end], d.pos
+		for pos+5 <= len(buf) {
+			var idx uint64
+			var width int
+			switch buf[pos] {
+			case 'h':
+				idx, width = uint64(buf[pos+1]), 2
+			case 'j':
+				idx, width = uint64(binary.LittleEndian.Uint32(buf[pos+1:])), 5
 			}
-			d.unrun(lst, start)
-			return
+			var p *val
+			if width > 0 {
+				p = d.memo.at(idx)
+			}
+			if p == nil || p.k != kFrame {
+				d.pos, lst.frames = pos, frames
+				if buf[pos] == 'e' || len(frames) == start {
+					lst.framesHash, lst.hashedN = h, len(frames)
+					return // APPENDS takes the run as it stands (or there was none)
+				}
+				d.unrun(lst, start)
+				return
+			}
+			frames = append(frames, snapshot.FrameID(p.x))
+			h = snapshot.HashFrame(h, snapshot.FrameID(p.x))
+			pos += width
 		}
-		p := d.memo.at(idx)
-		if p == nil || p.k != kFrame {
-			break
-		}
-		lst.frames = append(lst.frames, snapshot.FrameID(p.x))
-		h = snapshot.HashFrame(h, snapshot.FrameID(p.x))
-		d.pos += width
+		d.pos = pos
 	}
+	lst.frames = frames
 	d.unrun(lst, start)
 }
 
