@@ -360,6 +360,11 @@ func (d *decoder) run() (val, error) {
 				d.opt.Progress(at)
 			}
 		}
+		if d.end-d.pos >= fastWindow {
+			if d.fastOps(); d.offset() != at {
+				continue // took some opcodes: back to the bookkeeping above
+			}
+		}
 		op, err := d.byte1()
 		if err != nil {
 			if at == 0 {
@@ -946,4 +951,85 @@ func (d *decoder) str(v val) string {
 		return d.strs[v.x]
 	}
 	return ""
+}
+
+// fastWindow is the most bytes one opcode handled by fastOps reads.
+const fastWindow = 16
+
+// fastOps executes the opcodes that make up most of a snapshot's trace — memo reads and
+// writes, small integers, MARK and empty containers — straight from the input window, without
+// the per-opcode bookkeeping of run. It stops before anything else, before anything that could
+// fail (run then reports it with its offset), and every 64 Ki opcodes, so that run keeps
+// checking cancellation and progress; it has the exact effect run would have had.
+func (d *decoder) fastOps() {
+	buf, pos := d.buf[:d.end], d.pos
+	defer func() { d.pos = pos }()
+	for n := 0; n < 1<<16 && pos+fastWindow <= len(buf); n++ {
+		switch buf[pos] {
+		case 'h', 'j': // BINGET, LONG_BINGET
+			idx, width := uint64(buf[pos+1]), 2
+			if buf[pos] == 'j' {
+				idx, width = uint64(binary.LittleEndian.Uint32(buf[pos+1:])), 5
+			}
+			p := d.memo.at(idx)
+			if p == nil || p.k == kMark {
+				return
+			}
+			v := d.resolved(*p)
+			d.share(v)
+			d.push(v)
+			pos += width
+		case 0x94: // MEMOIZE
+			if len(d.stack) == 0 || (len(d.marks) > 0 && len(d.stack) <= d.marks[len(d.marks)-1]) {
+				return
+			}
+			d.memoize(d.memo.n, d.stack[len(d.stack)-1])
+			pos++
+		case 'K': // BININT1
+			d.push(val{k: kInt, x: uint64(buf[pos+1])})
+			pos += 2
+		case 'M': // BININT2
+			d.push(val{k: kInt, x: uint64(binary.LittleEndian.Uint16(buf[pos+1:]))})
+			pos += 3
+		case 'J': // BININT
+			d.push(val{k: kInt, x: uint64(int64(int32(binary.LittleEndian.Uint32(buf[pos+1:]))))})
+			pos += 5
+		case 0x8a: // LONG1 of at most 8 bytes
+			n := int(buf[pos+1])
+			if n > 8 {
+				return
+			}
+			v, _ := decodeLong(buf[pos+2 : pos+2+n])
+			d.push(v)
+			pos += 2 + n
+		case 0x88: // NEWTRUE
+			d.push(val{k: kBool, x: 1})
+			pos++
+		case 0x89: // NEWFALSE
+			d.push(val{k: kBool})
+			pos++
+		case 'N': // NONE
+			d.push(val{k: kNone})
+			pos++
+		case '}': // EMPTY_DICT
+			d.push(d.newObj(kDict, nil))
+			pos++
+		case ']': // EMPTY_LIST
+			d.push(d.newObj(kList, nil))
+			pos++
+		case '(': // MARK
+			if len(d.marks) >= maxDepth*64 {
+				return
+			}
+			d.marks = append(d.marks, len(d.stack))
+			pos++
+			if n := len(d.stack); n > 0 && d.stack[n-1].k == kList {
+				d.pos = pos
+				d.frameRun()
+				buf, pos = d.buf[:d.end], d.pos
+			}
+		default:
+			return
+		}
+	}
 }
