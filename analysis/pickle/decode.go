@@ -2,10 +2,11 @@
 // the opcodes once, never executes anything (the only global it accepts is the TorchScript
 // writer's torch.jit._pickle.restore_type_tag, treated as the identity), and reduces the hot
 // parts of a snapshot as they stream past: frame dicts become interned frame ids, frames lists
-// become interned stack ids, and trace event dicts become typed snapshot.Event values. The memo
-// is a fast path: a frames list referenced again is resolved to its stack id without re-reading.
-// Everything else (segments, settings, annotations) comes out as a plain value tree
-// (map[string]any, []any, string, int64, uint64, *big.Int, float64, bool, nil) for the loader.
+// become interned stack ids, trace event dicts become typed snapshot.Event values (EventList)
+// and block dicts typed blocks (Block). The memo is a fast path: a frames list referenced again
+// is resolved to its stack id without re-reading. Everything else (segments, settings,
+// annotations) comes out as a plain value tree (map[string]any, []any, string, int64, uint64,
+// *big.Int, float64, bool, nil) for the loader.
 package pickle
 
 import (
@@ -90,8 +91,9 @@ type val struct {
 }
 
 // object is a list, tuple or dict under construction. Dict items alternate key, value.
-// Once a frame dict, frames list or event dict is reduced, items is released and red holds
-// the reduction; every later reference (memo or a value still on the stack) resolves to it.
+// Once a frame dict, frames list, event dict or block dict is reduced, items is released and
+// red holds the reduction; every later reference (memo or a value still on the stack)
+// resolves to it.
 //
 // Most reduced objects are recycled instead: an object that was never read back from the memo
 // (nor DUPed, nor put in a tuple) can have no reference left but its one memo slot, which is
@@ -106,7 +108,7 @@ type object struct {
 	hashedN    int
 	ev         *eventList // a list of reduced trace events
 	red        uint64     // the reduction's payload (see redKind)
-	redKind    kind       // kNone until reduced; then kStack, kFrame or kEvent
+	redKind    kind       // kNone until reduced; then kStack, kFrame, kEvent or kBlock
 	shared     bool       // more references may exist than the one memo slot
 	memoSlot   int32      // the memo slot holding this object, -1 if none
 }
@@ -151,7 +153,7 @@ type decoder struct {
 	frameBuf             []snapshot.FrameID
 }
 
-// Decode decodes one pickle from r. Bytes after STOP are not read.
+// Decode decodes one pickle from r. Bytes after STOP are ignored.
 func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
 	d := &decoder{
 		src:          r,
