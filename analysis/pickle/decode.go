@@ -139,6 +139,8 @@ type decoder struct {
 	strs     []string
 	keys     []keyCode // key code of each string in strs
 	blocks   []Block
+	// lastEvents is the trace list being filled, the only one holding spare capacity.
+	lastEvents *eventList
 	// Recycled object indexes, dicts apart from lists so that a reused object's item
 	// capacity fits its next use (frames lists are long, event dicts short).
 	freeLists, freeDicts []uint32

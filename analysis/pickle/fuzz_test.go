@@ -36,3 +36,19 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestEventListsShareOneReservation: with a size hint, only the list being filled keeps spare
+// capacity; a finished device trace is trimmed when the next one starts.
+func TestEventListsShareOneReservation(t *testing.T) {
+	event := "}(\x8c\x06action\x8c\x05alloc\x8c\x04size\x4b\x10u"
+	data := []byte("\x80\x04](" + "](" + event + "e" + "](" + event + event + "e" + "e.")
+	res, err := Decode(context.Background(), bytes.NewReader(data), Options{SizeHint: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := res.Root.([]any)
+	first, second := lists[0].(EventList), lists[1].(EventList)
+	if len(first.Events) != 1 || cap(first.Events) != 1 || len(second.Events) != 2 || cap(second.Events) < 1<<20 {
+		t.Fatalf("first %d/%d, second %d/%d", len(first.Events), cap(first.Events), len(second.Events), cap(second.Events))
+	}
+}

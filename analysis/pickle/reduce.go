@@ -75,7 +75,7 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 					return err
 				}
 				if lst.ev == nil {
-					lst.ev = &eventList{events: d.newEvents()}
+					d.startEventList(lst)
 				}
 				lst.ev.events = append(lst.ev.events, ev)
 				d.bound(lst.ev)
@@ -119,10 +119,23 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 // memoised keys with small values, SETITEMS, APPENDS share.
 const minEventBytes = 32
 
-// newEvents returns an empty event list with room for as many events as the input can hold,
-// when its size is known (bounded by Options.MaxEvents).
+// startEventList makes lst a list of trace events. Device traces are written one after the
+// other, so the previous list is complete: its spare capacity is given back first, and at
+// most one list holds a large reservation at a time.
+func (d *decoder) startEventList(lst *object) {
+	if prev := d.lastEvents; prev != nil {
+		if n := len(prev.events); cap(prev.events)-n > 4096 && cap(prev.events) > 2*n {
+			prev.events = slices.Clone(prev.events)
+		}
+	}
+	lst.ev = &eventList{events: d.newEvents()}
+	d.lastEvents = lst.ev
+}
+
+// newEvents returns an empty event list with room for as many events as the rest of the
+// input can hold, when its size is known (bounded by Options.MaxEvents).
 func (d *decoder) newEvents() []snapshot.Event {
-	n := d.opt.SizeHint / minEventBytes
+	n := (d.opt.SizeHint - d.offset()) / minEventBytes
 	if d.opt.MaxEvents > 0 {
 		n = min(n, 2*int64(d.opt.MaxEvents))
 	}
