@@ -144,16 +144,16 @@ func Actions() []Action {
 
 // Event is one entry of a device trace. Optional fields are zero when absent.
 type Event struct {
-	Action Action
 	Addr   uint64 // 0 for oom events (which carry DeviceFree instead)
 	Size   int64
 	Stream uint64
-	TimeUS int64   // 0 when the file has no time_us
-	Stack  StackID // NoStack when the event has no frames key
+	TimeUS int64 // 0 when the file has no time_us
 	// DeviceFree is the free device memory reported with an oom event.
 	DeviceFree int64
+	Stack      StackID // NoStack when the event has no frames key
 	// Extra indexes Snapshot.EventExtras: the optional newer string fields (0 = none).
-	Extra uint32
+	Extra  uint32
+	Action Action // last: the small fields pack into 56 bytes (millions of events per file)
 }
 
 // EventExtra holds an event's optional string fields; equal extras are shared by many events.
