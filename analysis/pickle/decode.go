@@ -138,7 +138,7 @@ type decoder struct {
 	objs     []object
 	strs     []string
 	keys     []keyCode // key code of each string in strs
-	blocks   []Block
+	blocks   blockStore
 	// lastEvents is the trace list being filled, the only one holding spare capacity.
 	lastEvents *eventList
 	// Recycled object indexes, dicts apart from lists so that a reused object's item

@@ -346,8 +346,7 @@ func (d *decoder) blockOf(v val) (val, bool) {
 			}
 		}
 	}
-	d.blocks = append(d.blocks, b)
-	return val{k: kBlock, x: uint64(len(d.blocks) - 1)}, true
+	return val{k: kBlock, x: d.blocks.add(b)}, true
 }
 
 // pairs returns a dict's key/value pairs.
@@ -549,7 +548,7 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 	case kEvent:
 		return d.eventAt(v), nil
 	case kBlock:
-		return d.blocks[v.x], nil
+		return d.blocks.at(v.x), nil
 	case kList, kTuple:
 		o := &d.objs[v.x]
 		if o.redKind != kNone {
@@ -607,3 +606,24 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 	}
 	return nil, d.fail(d.offset(), "invalid value")
 }
+
+// blockStore keeps typed blocks in fixed chunks: a growing slice of a hundred thousand blocks
+// would be copied again and again into fresh memory, each copy paying its page faults.
+type blockStore struct {
+	chunks [][]Block
+	n      uint64
+}
+
+const blockChunk = 1 << 14
+
+func (s *blockStore) add(b Block) uint64 {
+	if s.n%blockChunk == 0 {
+		s.chunks = append(s.chunks, make([]Block, 0, blockChunk))
+	}
+	last := &s.chunks[len(s.chunks)-1]
+	*last = append(*last, b)
+	s.n++
+	return s.n - 1
+}
+
+func (s *blockStore) at(i uint64) Block { return s.chunks[i/blockChunk][i%blockChunk] }
