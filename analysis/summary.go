@@ -362,9 +362,9 @@ func (s *Summary) Text() string {
 	}
 	fmt.Fprintf(&b, "%s (%s)\n", filepath.Base(s.Path), enc)
 	t := s.Totals
-	fmt.Fprintf(&b, "total: reserved %s, allocated %s (requested %s, rounding waste %s), pending free %s, inactive %s; %d segments, %d blocks\n",
+	fmt.Fprintf(&b, "total: reserved %s, allocated %s (requested %s, rounding waste %s), pending free %s, inactive %s; %s, %s\n",
 		FormatBytes(t.ReservedBytes), FormatBytes(t.AllocatedBytes), FormatBytes(t.RequestedBytes), FormatBytes(t.RoundingWasteBytes),
-		FormatBytes(t.PendingFreeBytes), FormatBytes(t.InactiveBytes), t.Segments, t.Blocks)
+		FormatBytes(t.PendingFreeBytes), FormatBytes(t.InactiveBytes), count(t.Segments, "segment"), count(t.Blocks, "block"))
 	for _, r := range s.Ranks {
 		fmt.Fprintf(&b, "rank %d (%s): reserved %s, allocated %s\n", r.Rank, filepath.Base(r.File), FormatBytes(r.Totals.ReservedBytes), FormatBytes(r.Totals.AllocatedBytes))
 	}
@@ -373,8 +373,8 @@ func (s *Summary) Text() string {
 		if i < len(s.rankDevices) {
 			label = fmt.Sprintf("rank %d device %d", s.rankDevices[i], d.Device)
 		}
-		fmt.Fprintf(&b, "%s: reserved %s, allocated %s, pending free %s, inactive %s; %d segments, %d blocks\n", label,
-			FormatBytes(d.ReservedBytes), FormatBytes(d.AllocatedBytes), FormatBytes(d.PendingFreeBytes), FormatBytes(d.InactiveBytes), d.Segments, d.Blocks)
+		fmt.Fprintf(&b, "%s: reserved %s, allocated %s, pending free %s, inactive %s; %s, %s\n", label,
+			FormatBytes(d.ReservedBytes), FormatBytes(d.AllocatedBytes), FormatBytes(d.PendingFreeBytes), FormatBytes(d.InactiveBytes), count(d.Segments, "segment"), count(d.Blocks, "block"))
 		for _, p := range d.Pools {
 			stream := "default stream"
 			if p.Stream != 0 {
@@ -384,8 +384,8 @@ func (s *Summary) Text() string {
 			if p.Expandable {
 				exp = ", expandable"
 			}
-			fmt.Fprintf(&b, "  %s pool, %s, %s%s: %d segments, reserved %s, allocated %s, inactive %s, largest free block %s\n",
-				p.Pool, stream, p.SegmentType, exp, p.Segments, FormatBytes(p.ReservedBytes), FormatBytes(p.AllocatedBytes), FormatBytes(p.InactiveBytes), FormatBytes(p.LargestInactiveBlockBytes))
+			fmt.Fprintf(&b, "  %s pool, %s, %s%s: %s, reserved %s, allocated %s, inactive %s, largest free block %s\n",
+				p.Pool, stream, p.SegmentType, exp, count(p.Segments, "segment"), FormatBytes(p.ReservedBytes), FormatBytes(p.AllocatedBytes), FormatBytes(p.InactiveBytes), FormatBytes(p.LargestInactiveBlockBytes))
 		}
 		if d.PoolsOmitted > 0 {
 			fmt.Fprintf(&b, "  … %d more pool groups\n", d.PoolsOmitted)
@@ -515,4 +515,12 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 		}
 	}
 	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg}, nil
+}
+
+// count renders "1 segment", "3 segments".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
