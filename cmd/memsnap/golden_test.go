@@ -1,0 +1,60 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files of rendered output")
+
+// TestRenderedGolden pins the text every command prints for a person or an agent, on the
+// committed fixtures. After an intended change: go test ./cmd/memsnap -run Golden -update,
+// then read the diff.
+func TestRenderedGolden(t *testing.T) {
+	sc := func(name string) string { return filepath.Join(scenarios, name) }
+	for _, c := range []struct {
+		golden string
+		args   []string
+	}{
+		{"summarize_basic.txt", []string{"summarize", sc("summarize_basic.pickle")}},
+		{"summarize_multirank.txt", []string{"summarize", sc("multirank")}},
+		{"summarize_pending.txt", []string{"summarize", sc("cross_stream_pending.pickle")}},
+		{"top_stacks_basic.txt", []string{"top-stacks", sc("summarize_basic.pickle")}},
+		{"top_stacks_backward.txt", []string{"top-stacks", sc("backward_no_python_frames.pickle")}},
+		{"diff_retained_graph.txt", []string{"diff", sc("retained_graph_step5.pickle"), sc("retained_graph_step50.pickle")}},
+		{"diff_growing_container.txt", []string{"diff", sc("growing_container_step5.pickle"), sc("growing_container_step50.pickle")}},
+		{"diff_optimizer.txt", []string{"diff", sc("optimizer_first_step_before.pickle"), sc("optimizer_step10.pickle")}},
+		{"diff_no_growth.txt", []string{"diff", sc("no_growth_step5.pickle"), sc("no_growth_step50.pickle")}},
+		{"oom_activation.txt", []string{"oom", sc("activation_oom.pickle")}},
+		{"oom_fragmentation.txt", []string{"oom", sc("fragmentation_oom.pickle")}},
+		{"oom_outside.txt", []string{"oom", sc("outside_pytorch_oom.pickle"), "--device-memory", "16GiB"}},
+		{"fragmentation_basic.txt", []string{"fragmentation", sc("summarize_basic.pickle")}},
+		{"replay_basic.txt", []string{"replay", sc("summarize_basic.pickle")}},
+	} {
+		t.Run(c.golden, func(t *testing.T) {
+			out, err := run(t, c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Paths differ between checkouts only in the fixture directory's prefix.
+			out = strings.ReplaceAll(out, scenarios, "testdata/scenarios")
+			path := filepath.Join("testdata", "golden", c.golden)
+			if *update {
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/memsnap -run Golden -update)", err)
+			}
+			if out != string(want) {
+				t.Errorf("memsnap %s output differs from %s:\n--- got\n%s\n--- want\n%s", strings.Join(c.args, " "), path, out, want)
+			}
+		})
+	}
+}
