@@ -159,10 +159,7 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 			}
 			return nil, fail(-1, "%v", err)
 		}
-		format.Protocol = res.Protocol
-		if format.Protocol == 0 {
-			format.Protocol = 1
-		}
+		format.Protocol = res.Protocol // 0: no PROTO opcode (protocol 0 or 1)
 		format.TypeTagGlobal = res.TypeTag
 		c := newConverter(res.Interner, res.Extras, opt.MaxTraceEvents)
 		s, err = c.snapshot(res.Root, format)
