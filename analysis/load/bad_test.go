@@ -85,6 +85,9 @@ func TestBadInput(t *testing.T) {
 		{"json not a snapshot", []byte(`{"model": 1}`), "not a memory snapshot: no 'segments' key (keys: model)"},
 		{"truncated json", []byte(`{"segments": [`), "truncated JSON"},
 		{"json wrong type", []byte(`{"segments": [{"device": "zero"}]}`), "segments[0]: device is a str, not an integer"},
+		{"json event not a dict", []byte(`{"segments": [], "device_traces": [[5]]}`), "device_traces[0]: [0]: trace event is a number, not a dict"},
+		{"json traces not lists", []byte(`{"segments": [], "device_traces": [5]}`), "device_traces[0] is not a list of events"},
+		{"json event without action", []byte(`{"segments": [], "device_traces": [[{"addr": 1}]]}`), "device_traces[0]: [0]: event has no action string"},
 	}
 	dir := t.TempDir()
 	for _, c := range cases {

@@ -193,21 +193,134 @@ func skipSpace(r *bufio.Reader) byte {
 func decodeJSON(ctx context.Context, r io.Reader, format snapshot.Format, opt Options) (*snapshot.Snapshot, error) {
 	dec := json.NewDecoder(r)
 	dec.UseNumber()
-	var root any
-	if err := dec.Decode(&root); err != nil {
+	c := newConverter(nil, nil, opt.MaxTraceEvents)
+	root, err := c.streamJSON(ctx, dec)
+	if err != nil {
 		var se *json.SyntaxError
-		if errors.As(err, &se) {
+		switch {
+		case errors.As(err, &se):
 			return nil, fmt.Errorf("corrupt JSON at byte %d: %v", se.Offset, err)
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 			return nil, fmt.Errorf("truncated JSON")
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("corrupt JSON: %v", err)
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return newConverter(nil, nil, opt.MaxTraceEvents).snapshot(root, format)
+	return c.snapshot(root, format)
+}
+
+// streamJSON reads a JSON snapshot. The device traces, which hold nearly all of a large file
+// (JSON repeats every frame of every event), are converted one event at a time, so memory
+// follows the typed model rather than a generic tree of the whole document.
+func (c *converter) streamJSON(ctx context.Context, dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if tok != json.Delim('{') {
+		if tok == json.Delim('[') { // the oldest form: a bare list of segments
+			var list []any
+			for dec.More() {
+				var v any
+				if err := dec.Decode(&v); err != nil {
+					return nil, err
+				}
+				list = append(list, v)
+			}
+			return emptyIfNil(list), expectDelim(dec, ']')
+		}
+		return tok, nil // a scalar: the converter says it is not a snapshot
+	}
+	top := map[string]any{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := kt.(string)
+		if key == "device_traces" {
+			if top[key], err = c.streamTraces(ctx, dec); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		top[key] = v
+	}
+	return top, expectDelim(dec, '}')
+}
+
+// streamTraces reads device_traces: a list of per-device lists of event objects.
+func (c *converter) streamTraces(ctx context.Context, dec *json.Decoder) (any, error) {
+	if tok, err := dec.Token(); err != nil {
+		return nil, err
+	} else if tok != json.Delim('[') {
+		return tok, nil // not a list: the converter reports it
+	}
+	lists := []any{}
+	for d := 0; dec.More(); d++ {
+		if tok, err := dec.Token(); err != nil {
+			return nil, err
+		} else if tok != json.Delim('[') {
+			return nil, fmt.Errorf("device_traces[%d] is not a list of events", d)
+		}
+		var l pickle.EventList
+		for i := 0; dec.More(); i++ {
+			if i&0xfff == 0 {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+			}
+			var m map[string]any
+			if err := dec.Decode(&m); err != nil {
+				var te *json.UnmarshalTypeError
+				if errors.As(err, &te) {
+					return nil, fmt.Errorf("device_traces[%d]: [%d]: trace event is a %s, not a dict", d, i, te.Value)
+				}
+				return nil, err
+			}
+			e, err := c.event(m)
+			if err != nil {
+				return nil, fmt.Errorf("device_traces[%d]: [%d]: %w", d, i, err)
+			}
+			l.Events = append(l.Events, e)
+			if n := c.maxEvent; n > 0 && len(l.Events) >= 2*n { // keep the newest n, amortised
+				l.Dropped += int64(len(l.Events) - n)
+				l.Events = append(l.Events[:0], l.Events[len(l.Events)-n:]...)
+			}
+		}
+		if n := c.maxEvent; n > 0 && len(l.Events) > n {
+			l.Dropped += int64(len(l.Events) - n)
+			l.Events = append([]snapshot.Event(nil), l.Events[len(l.Events)-n:]...)
+		}
+		if err := expectDelim(dec, ']'); err != nil {
+			return nil, err
+		}
+		lists = append(lists, l)
+	}
+	return lists, expectDelim(dec, ']')
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != want {
+		return fmt.Errorf("corrupt JSON: expected %q", want)
+	}
+	return nil
+}
+
+func emptyIfNil(l []any) []any {
+	if l == nil {
+		return []any{}
+	}
+	return l
 }
 
 // Rank is one rank's snapshot from a directory.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/big"
@@ -330,5 +331,47 @@ func TestFixturesMatchOracle(t *testing.T) {
 			}
 			assertSameModel(t, path, fast, oracle(t, data))
 		})
+	}
+}
+
+// TestJSONStreamMatchesGenericTree: the streaming JSON path (traces converted event by event)
+// builds the same model as converting the whole document decoded generically.
+func TestJSONStreamMatchesGenericTree(t *testing.T) {
+	files, _ := filepath.Glob("../../testdata/*/*.json*")
+	files = append(files, filepath.Join(realDir, "pt2.3-2.4_json-form_resnet-tomi.json"))
+	checked := 0
+	for _, path := range files {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue // the real file is absent without ../shared
+		}
+		if strings.HasSuffix(path, ".gz") {
+			zr, err := gzip.NewReader(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if raw, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fast, err := File(context.Background(), path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var tree any
+		if err := dec.Decode(&tree); err != nil {
+			t.Fatal(err)
+		}
+		want, err := FromTree(tree, snapshot.Format{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertSameModel(t, path, fast, want)
+		checked++
+	}
+	if checked < 2 {
+		t.Fatalf("only %d JSON files checked", checked)
 	}
 }
