@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -36,17 +34,6 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-func runCmd(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	root := newRootCmd()
-	var out bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	err := root.ExecuteContext(context.Background())
-	return out.String(), err
-}
-
 // TestAnalysisCommands runs top-stacks, diff, oom and fragmentation over the scenario fixtures.
 func TestAnalysisCommands(t *testing.T) {
 	const dir = "../../testdata/scenarios/"
@@ -66,7 +53,7 @@ func TestAnalysisCommands(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args[:2], " "), func(t *testing.T) {
-			out, err := runCmd(t, tc.args...)
+			out, err := run(t, tc.args...)
 			if err != nil {
 				t.Fatalf("%v: %v", tc.args, err)
 			}
@@ -91,7 +78,7 @@ func TestAnalysisCommands(t *testing.T) {
 		{"diff", dir + "activation_oom.pickle"},
 		{"fragmentation", dir + "does-not-exist.pickle"},
 	} {
-		if _, err := runCmd(t, bad...); err == nil || exitCode(err) != 2 || strings.Contains(err.Error(), "\n") {
+		if _, err := run(t, bad...); err == nil || exitCode(err) != 2 || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: err = %v", bad, err)
 		}
 	}

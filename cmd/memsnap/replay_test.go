@@ -25,7 +25,7 @@ func TestReplayCommand(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args[1:], " "), func(t *testing.T) {
-			out, err := runCmd(t, tc.args...)
+			out, err := run(t, tc.args...)
 			if err != nil {
 				t.Fatalf("%v: %v", tc.args, err)
 			}
@@ -48,10 +48,10 @@ func TestReplayCommand(t *testing.T) {
 			}
 		})
 	}
-	if _, err := runCmd(t, "replay", dir+"summarize_basic.pickle", "--device", "-1"); err == nil || !strings.Contains(err.Error(), "--device") {
+	if _, err := run(t, "replay", dir+"summarize_basic.pickle", "--device", "-1"); err == nil || !strings.Contains(err.Error(), "--device") {
 		t.Errorf("negative device: %v", err)
 	}
-	if _, err := runCmd(t, "replay", dir+"missing.pickle"); err == nil {
+	if _, err := run(t, "replay", dir+"missing.pickle"); err == nil {
 		t.Error("missing file: no error")
 	}
 }
