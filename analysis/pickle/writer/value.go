@@ -130,29 +130,21 @@ func emit(s sink, v any) error {
 	case Raw:
 		s.Raw(x...)
 	case *List:
-		if s.Ref(x) {
-			break
-		}
-		s.StartList(x, len(x.Items))
-		for _, it := range x.Items {
-			if err := emit(s, it); err != nil {
+		if !s.Ref(x) {
+			s.StartList(x, len(x.Items))
+			if err := emitItems(s, x.Items); err != nil {
 				return err
 			}
-			s.Next()
+			s.EndList()
 		}
-		s.EndList()
 	case *Tuple:
-		if s.Ref(x) {
-			break
-		}
-		s.StartTuple(x, len(x.Items))
-		for _, it := range x.Items {
-			if err := emit(s, it); err != nil {
+		if !s.Ref(x) {
+			s.StartTuple(x, len(x.Items))
+			if err := emitItems(s, x.Items); err != nil {
 				return err
 			}
-			s.Next()
+			s.EndTuple()
 		}
-		s.EndTuple()
 	case *Dict:
 		if s.Ref(x) {
 			break
@@ -170,11 +162,8 @@ func emit(s sink, v any) error {
 		s.EndDict()
 	case []any:
 		s.StartList(nil, len(x))
-		for _, it := range x {
-			if err := emit(s, it); err != nil {
-				return err
-			}
-			s.Next()
+		if err := emitItems(s, x); err != nil {
+			return err
 		}
 		s.EndList()
 	case map[string]any:
@@ -215,4 +204,15 @@ func sortedKeys(m map[string]any) []string {
 		sort.Strings(keys)
 	}
 	return keys
+}
+
+// emitItems writes the elements of a list or tuple.
+func emitItems(s sink, items []any) error {
+	for _, it := range items {
+		if err := emit(s, it); err != nil {
+			return err
+		}
+		s.Next()
+	}
+	return nil
 }

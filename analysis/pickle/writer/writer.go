@@ -491,39 +491,28 @@ func (w *Writer) push(kind byte, h any, n int) {
 }
 
 // StartDict opens a dict of n items with handle h (nil: no later references).
-func (w *Writer) StartDict(h any, n int) {
-	w.beginSave()
-	if w.cfg.Cpp {
-		if w.cfg.TypeTag {
-			w.global("torch.jit._pickle", "restore_type_tag")
-		}
-		w.write(OpEmptyDict, OpMark)
-	} else {
-		w.write(OpEmptyDict)
-		w.memoize(h)
-		if n >= 2 {
-			w.write(OpMark)
-		}
-	}
-	w.push('d', h, n)
-}
+func (w *Writer) StartDict(h any, n int) { w.startMutable('d', OpEmptyDict, h, n) }
 
 // StartList opens a list of n items with handle h.
-func (w *Writer) StartList(h any, n int) {
+func (w *Writer) StartList(h any, n int) { w.startMutable('l', OpEmptyList, h, n) }
+
+// startMutable opens a dict or list: the empty container, then its items in MARK batches
+// (CPython), or the C++ writer's optional type tag and a single MARK.
+func (w *Writer) startMutable(kind, emptyOp byte, h any, n int) {
 	w.beginSave()
 	if w.cfg.Cpp {
 		if w.cfg.TypeTag {
 			w.global("torch.jit._pickle", "restore_type_tag")
 		}
-		w.write(OpEmptyList, OpMark)
+		w.write(emptyOp, OpMark)
 	} else {
-		w.write(OpEmptyList)
+		w.write(emptyOp)
 		w.memoize(h)
 		if n >= 2 {
 			w.write(OpMark)
 		}
 	}
-	w.push('l', h, n)
+	w.push(kind, h, n)
 }
 
 // StartTuple opens a tuple of n items with handle h.
