@@ -32,37 +32,68 @@ const (
 const (
 	SiteNoPython = "<no Python frame>"
 	SiteNoStack  = "<no stack recorded>"
+	SitePreTrace = "<allocated before the trace>"
+	siteKeySep   = "\x00"
 )
 
-// Categories guessed for a site.
+// Roles: what a block of memory is for. The names are a contract (JSON "category").
 const (
 	CategoryParameter         = "parameter"
 	CategoryGradient          = "gradient"
 	CategoryOptimizerState    = "optimizer_state"
-	CategoryActivation        = "activation"
+	CategoryActivation        = "activation" // forward output saved for backward
+	CategoryTemporary         = "temporary"  // freed within the phase that made it
 	CategoryBackwardTemporary = "backward_temporary"
 	CategoryCommunication     = "communication"
+	CategoryKVCache           = "kv_cache"
+	CategoryAutocastCache     = "autocast_cache"
+	CategoryWorkspace         = "workspace" // cuBLAS / cuDNN workspaces
 	CategoryUserContainer     = "user_container"
 	CategoryOther             = "other"
 )
 
-// Site is the frame a stack is attributed to.
-type Site struct {
-	File     string `json:"file"`
-	Line     int64  `json:"line"`
-	Function string `json:"function"`
-	// Site is the short form "model.py:214" (or "<no Python frame>", "<no stack recorded>").
-	Site string `json:"site"`
-	Kind string `json:"kind"`
+// AllCategories lists every role, in the order reports rank ties.
+var AllCategories = []string{CategoryActivation, CategoryParameter, CategoryOptimizerState, CategoryGradient,
+	CategoryBackwardTemporary, CategoryTemporary, CategoryKVCache, CategoryAutocastCache, CategoryWorkspace,
+	CategoryCommunication, CategoryUserContainer, CategoryOther}
+
+// SiteIdentity names where memory comes from; every site record of every report embeds it.
+// Site is the innermost model-code frame (the user's file or a model-defining library file such
+// as transformers' modeling_<arch>.py); UserSite is the innermost frame in the user's own files
+// (outside site-/dist-packages, virtual environments and the standard library; notebook cells
+// count), empty when the stack has none.
+type SiteIdentity struct {
+	Site         string `json:"site"`
+	File         string `json:"file"`
+	Line         int64  `json:"line"`
+	Function     string `json:"function"`
+	Kind         string `json:"kind"`
+	UserSite     string `json:"user_site"`
+	UserFile     string `json:"user_file,omitempty"`
+	UserLine     int64  `json:"user_line,omitempty"`
+	UserFunction string `json:"user_function,omitempty"`
 }
 
-// Attribution is everything known about one stack: its site, a category guess with the evidence,
-// and a filtered stack (the user frames plus the nearest library frame, innermost first).
+// key identifies the site for grouping.
+func (s SiteIdentity) key() string {
+	return s.File + siteKeySep + s.Function + siteKeySep + fmt.Sprint(s.Line) + siteKeySep + s.Site
+}
+
+// Attribution is everything known about one stack from its frames: its site, a role with the
+// evidence (the deciding frame), and a filtered stack (the user frames plus the nearest library
+// frame, innermost first). Roles that depend on timing (activation vs temporary, optimizer
+// state vs optimizer temporaries, gradients without an AccumulateGrad frame) are settled by the
+// Roles table, which reads the trace.
 type Attribution struct {
-	Site
+	SiteIdentity
 	Category string   `json:"category"`
 	Evidence string   `json:"evidence"`
 	Stack    []string `json:"stack"`
+	ctx      stackContext
+	frame    string // the deciding frame, rendered
+	noGrad   bool   // a no_grad / inference_mode decorator is on the stack
+	gradFn   bool   // runs inside an autograd.Function forward (grad is enabled)
+	hint     string // a frame that says the workload is inference (generate, serving engines)
 }
 
 type frameKind uint8
@@ -72,9 +103,13 @@ const (
 	kindRuntime
 	kindTorch
 	kindLibrary
+	kindModelLib // model-defining library code (transformers models, diffusers, timm): a site, not the user's own
 	kindUser
 	kindSkipped
 )
+
+// isModel reports whether a frame can be a site: the user's own code or model-defining code.
+func (k frameKind) isModel() bool { return k == kindUser || k == kindModelLib }
 
 type attrKey struct {
 	snap *snapshot.Snapshot
@@ -124,11 +159,12 @@ func DefaultAttributor() *Attributor {
 
 var runtimeMarkers = []string{"runpy.py", "threading.py", "<frozen", "importlib", "<string>",
 	"contextlib.py", "functools.py", "concurrent/futures", "multiprocessing/", "asyncio/",
-	"site-packages/ipykernel", "site-packages/IPython", "<ipython-input"}
+	"site-packages/ipykernel", "site-packages/IPython", "dist-packages/ipykernel", "dist-packages/IPython"}
 
-// modelLibMarkers are library paths that define models: they count as the user's code.
+// modelLibMarkers are library paths that define models: they can be the site (never the
+// user_site).
 var modelLibMarkers = []string{"/transformers/models/", "/diffusers/models/", "/timm/models/",
-	"/torchvision/models/", "/peft/tuners/"}
+	"/torchvision/models/", "/peft/tuners/", "/open_clip/", "/ultralytics/nn/"}
 
 func isTorchPath(p string) bool {
 	return strings.HasPrefix(p, "torch/") || strings.Contains(p, "/torch/") ||
@@ -150,6 +186,19 @@ func isStdlibPath(p string) bool {
 		(strings.Contains(lp, "/python3") && strings.Contains(lp, "/lib/"))
 }
 
+// isModelLibPath: a library file that defines a model. transformers' own plumbing
+// (modeling_utils.py, modeling_layers.py, modeling_outputs.py …, directly in the package) is not.
+func isModelLibPath(p string) bool {
+	for _, m := range modelLibMarkers {
+		if strings.Contains(p, m) {
+			return true
+		}
+	}
+	b := baseName(p)
+	return strings.HasPrefix(b, "modeling_") && !strings.Contains(p, "/transformers/modeling_") &&
+		!strings.HasSuffix(b, "_utils.py")
+}
+
 func (a *Attributor) kind(f snapshot.Frame) frameKind {
 	if snapshot.IsCppFrame(f) {
 		return kindCpp
@@ -169,6 +218,9 @@ func (a *Attributor) kind(f snapshot.Frame) frameKind {
 	if a.underRoot(p) {
 		return kindUser
 	}
+	if strings.HasPrefix(p, "<ipython-input") {
+		return kindUser // a notebook cell (IPython < 8.x names them this way)
+	}
 	for _, m := range runtimeMarkers {
 		if strings.Contains(p, m) {
 			return kindRuntime
@@ -178,13 +230,8 @@ func (a *Attributor) kind(f snapshot.Frame) frameKind {
 		return kindTorch
 	}
 	if isLibraryPath(p) {
-		for _, m := range modelLibMarkers {
-			if strings.Contains(p, m) {
-				return kindUser
-			}
-		}
-		if strings.HasPrefix(baseName(p), "modeling_") {
-			return kindUser
+		if isModelLibPath(p) {
+			return kindModelLib
 		}
 		return kindLibrary
 	}
@@ -204,21 +251,34 @@ func (a *Attributor) underRoot(p string) bool {
 	return false
 }
 
-func siteOf(f snapshot.Frame, kind string) Site {
-	line := "?"
-	if f.Line >= 0 {
-		line = fmt.Sprint(f.Line)
+func lineText(l int64) string {
+	if l >= 0 {
+		return fmt.Sprint(l)
 	}
-	return Site{File: f.Filename, Line: f.Line, Function: f.Name, Site: baseName(f.Filename) + ":" + line, Kind: kind}
+	return "?"
+}
+
+func siteOf(f snapshot.Frame, kind string) SiteIdentity {
+	return SiteIdentity{File: f.Filename, Line: f.Line, Function: f.Name, Site: baseName(f.Filename) + ":" + lineText(f.Line), Kind: kind}
 }
 
 // frameString renders a frame for a filtered stack: "path/file.py:12 in fn".
 func frameString(f snapshot.Frame) string {
-	line := "?"
-	if f.Line >= 0 {
-		line = fmt.Sprint(f.Line)
+	if snapshot.IsCppFrame(f) {
+		return "(C++) " + cppShort(f.Name)
 	}
-	return shortPath(f.Filename) + ":" + line + " in " + f.Name
+	return shortPath(f.Filename) + ":" + lineText(f.Line) + " in " + f.Name
+}
+
+// cppShort trims a C++ signature to its qualified name.
+func cppShort(n string) string {
+	if i := strings.IndexByte(n, '('); i > 0 {
+		n = n[:i]
+	}
+	if len(n) > 120 {
+		n = n[:120] + "…"
+	}
+	return n
 }
 
 // shortPath keeps a path readable: the part after site-packages/, else the last three elements.
@@ -251,12 +311,10 @@ func (a *Attributor) Attribute(snap *snapshot.Snapshot, id snapshot.StackID) Att
 	return at
 }
 
-// SiteOf is Attribute without the category: the site of a stack.
-func (a *Attributor) SiteOf(snap *snapshot.Snapshot, id snapshot.StackID) Site {
-	return a.Attribute(snap, id).Site
+// SiteOf is Attribute without the role: the site of a stack.
+func (a *Attributor) SiteOf(snap *snapshot.Snapshot, id snapshot.StackID) SiteIdentity {
+	return a.Attribute(snap, id).SiteIdentity
 }
-
-var backwardNodeRe = regexp.MustCompile(`(autograd::generated::|^)[A-Za-z0-9_]+Backward[0-9]*(::apply|$)`)
 
 var autogradOpRe = regexp.MustCompile(`(?:autograd::generated::|\b)([A-Za-z0-9_]+Backward[0-9]*|AccumulateGrad)\b`)
 
@@ -264,13 +322,20 @@ var autogradOpRe = regexp.MustCompile(`(?:autograd::generated::|\b)([A-Za-z0-9_]
 // frames key at all; caps tells what the file recorded, for the empty-stack explanation.
 func (a *Attributor) AttributeFrames(frames []snapshot.Frame, noStack bool, caps snapshot.Capabilities) Attribution {
 	kinds := make([]frameKind, len(frames))
-	userIdx, torchIdx, libIdx := -1, -1, -1
+	modelIdx, ownIdx, torchIdx, libIdx := -1, -1, -1, -1
 	for i, f := range frames {
 		kinds[i] = a.kind(f)
 		switch kinds[i] {
 		case kindUser:
-			if userIdx < 0 {
-				userIdx = i
+			if ownIdx < 0 {
+				ownIdx = i
+			}
+			if modelIdx < 0 {
+				modelIdx = i
+			}
+		case kindModelLib:
+			if modelIdx < 0 {
+				modelIdx = i
 			}
 		case kindTorch:
 			if torchIdx < 0 {
@@ -286,30 +351,34 @@ func (a *Attributor) AttributeFrames(frames []snapshot.Frame, noStack bool, caps
 	if len(a.roots) > 0 {
 		for i, f := range frames {
 			if kinds[i] == kindUser && a.underRoot(normPath(f.Filename)) {
-				userIdx = i
+				modelIdx, ownIdx = i, i
 				break
 			}
 		}
 	}
 	var at Attribution
 	switch {
-	case userIdx >= 0:
-		at.Site = siteOf(frames[userIdx], SiteKindUser)
+	case modelIdx >= 0:
+		at.SiteIdentity = siteOf(frames[modelIdx], SiteKindUser)
 	case torchIdx >= 0:
-		at.Site = siteOf(frames[torchIdx], SiteKindTorch)
+		at.SiteIdentity = siteOf(frames[torchIdx], SiteKindTorch)
 	case libIdx >= 0:
-		at.Site = siteOf(frames[libIdx], SiteKindLibrary)
+		at.SiteIdentity = siteOf(frames[libIdx], SiteKindLibrary)
 	default:
-		at.Site = Site{Line: 0, Site: SiteNoPython, Kind: SiteKindNone}
+		at.SiteIdentity = SiteIdentity{Site: SiteNoPython, Kind: SiteKindNone}
 		if noStack || (len(frames) == 0 && caps.CppFrames) {
-			at.Site.Site = SiteNoStack
+			at.Site = SiteNoStack
 		} else if op := cppOp(frames); op != "" {
-			at.Site.Function = op
-			at.Site.Site = SiteNoPython + " " + op
+			at.Function = op
+			at.Site = SiteNoPython + " " + op
 		}
 	}
-	at.Stack = filteredStack(frames, kinds, userIdx, torchIdx)
-	at.Category, at.Evidence = categorize(frames, kinds, noStack, caps)
+	if ownIdx >= 0 {
+		f := frames[ownIdx]
+		at.UserSite, at.UserFile, at.UserLine, at.UserFunction = baseName(f.Filename)+":"+lineText(f.Line), f.Filename, f.Line, f.Name
+	}
+	at.Stack = filteredStack(frames, kinds, modelIdx, torchIdx)
+	classify(&at, frames, kinds, modelIdx, noStack, caps)
 	return at
 }
 
@@ -322,10 +391,11 @@ func cppOp(frames []snapshot.Frame) string {
 	return ""
 }
 
-// filteredStack: the nearest library/torch frame inside the site, then the user frames (at most 8).
-func filteredStack(frames []snapshot.Frame, kinds []frameKind, userIdx, torchIdx int) []string {
+// filteredStack: the nearest library/torch frame inside the site, then the model and user
+// frames (at most 8).
+func filteredStack(frames []snapshot.Frame, kinds []frameKind, modelIdx, torchIdx int) []string {
 	out := []string{}
-	if userIdx < 0 {
+	if modelIdx < 0 {
 		if torchIdx >= 0 {
 			out = append(out, frameString(frames[torchIdx]))
 			// and the next Python frame outward, if any, for context
@@ -340,7 +410,7 @@ func filteredStack(frames []snapshot.Frame, kinds []frameKind, userIdx, torchIdx
 		}
 		return out
 	}
-	for j := userIdx - 1; j >= 0; j-- {
+	for j := modelIdx - 1; j >= 0; j-- {
 		if kinds[j] == kindTorch || kinds[j] == kindLibrary || kinds[j] == kindSkipped {
 			switch frames[j].Name {
 			case "_call_impl", "_wrapped_call_impl", "wrapper", "decorate_context", "_fn", "inner":
@@ -350,82 +420,10 @@ func filteredStack(frames []snapshot.Frame, kinds []frameKind, userIdx, torchIdx
 			break
 		}
 	}
-	for j := userIdx; j < len(frames) && len(out) < 9; j++ {
-		if kinds[j] == kindUser {
+	for j := modelIdx; j < len(frames) && len(out) < 9; j++ {
+		if kinds[j].isModel() {
 			out = append(out, frameString(frames[j]))
 		}
 	}
 	return out
-}
-
-func hasFrame(frames []snapshot.Frame, pred func(p, name string) bool) (snapshot.Frame, bool) {
-	for _, f := range frames {
-		if pred(normPath(f.Filename), f.Name) {
-			return f, true
-		}
-	}
-	return snapshot.Frame{}, false
-}
-
-func ev(f snapshot.Frame, what string) string {
-	return what + " (" + frameString(f) + ")"
-}
-
-// categorize guesses what a stack's memory is, with the frame that says so.
-func categorize(frames []snapshot.Frame, kinds []frameKind, noStack bool, caps snapshot.Capabilities) (string, string) {
-	if noStack {
-		return CategoryOther, "the file recorded no stack for this memory"
-	}
-	if len(frames) == 0 {
-		if caps.PythonOnly || !caps.CppFrames {
-			return CategoryBackwardTemporary, "guess: empty stack, and stacks=\"python\" records no frames for backward-pass allocations, so this is a gradient or a backward temporary (memory allocated before recording started looks the same): record with stacks=\"all\" to be sure"
-		}
-		return CategoryOther, "empty stack in a file that records C++ frames: allocated before memory history recording started (often the model's weights)"
-	}
-	if f, ok := hasFrame(frames, func(p, _ string) bool { return strings.Contains(p, "torch/optim/") }); ok {
-		return CategoryOptimizerState, ev(f, "allocated inside the optimizer")
-	}
-	if f, ok := hasFrame(frames, func(p, n string) bool {
-		ln := strings.ToLower(n)
-		return strings.Contains(p, "torch/distributed/") || strings.Contains(ln, "nccl") ||
-			strings.Contains(n, "c10d::") || strings.Contains(p, "torch/nn/parallel/distributed.py")
-	}); ok {
-		return CategoryCommunication, ev(f, "collective communication / distributed frame")
-	}
-	if f, ok := hasFrame(frames, func(_, n string) bool { return strings.Contains(n, "AccumulateGrad") }); ok {
-		return CategoryGradient, ev(f, "gradient accumulation in the autograd engine")
-	}
-	if f, ok := hasFrame(frames, func(p, n string) bool {
-		return strings.Contains(n, "autograd::Engine::") || backwardNodeRe.MatchString(n) ||
-			n == "_engine_run_backward" ||
-			(n == "backward" && (strings.Contains(p, "torch/autograd/__init__.py") || strings.Contains(p, "torch/_tensor.py")))
-	}); ok {
-		return CategoryBackwardTemporary, ev(f, "allocated during the backward pass")
-	}
-	if f, ok := hasFrame(frames, func(p, n string) bool {
-		if strings.Contains(p, "torch/nn/parameter.py") || strings.Contains(p, "torch/nn/init.py") {
-			return true
-		}
-		if strings.Contains(p, "torch/nn/modules/module.py") {
-			switch n {
-			case "_apply", "to", "cuda", "convert", "load_state_dict", "_load_from_state_dict":
-				return true
-			}
-		}
-		if strings.Contains(p, "torch/nn/modules/") && n == "__init__" {
-			return true
-		}
-		return n == "from_pretrained" || n == "reset_parameters" || n == "_load_from_state_dict"
-	}); ok {
-		return CategoryParameter, ev(f, "created while building or moving the model")
-	}
-	if f, ok := hasFrame(frames, func(p, n string) bool {
-		return n == "forward" || n == "_call_impl" || n == "_wrapped_call_impl" ||
-			(strings.Contains(p, "torch/_dynamo/") && strings.Contains(n, "call")) ||
-			strings.Contains(p, "torchinductor_")
-	}); ok {
-		return CategoryActivation, ev(f, "allocated in a forward pass")
-	}
-	_ = kinds
-	return CategoryOther, "no frame identifies the kind of memory"
 }

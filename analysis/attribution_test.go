@@ -51,7 +51,7 @@ func TestAttributeSite(t *testing.T) {
 			fr("libtorch_cpu.so", 0, "torch::autograd::Engine::thread_main"),
 		}, false, snapshot.Capabilities{CppFrames: true}, "<no Python frame> MmBackward0", SiteKindNone, CategoryBackwardTemporary},
 		{"empty python-only stack", AttributionOptions{}, nil, false,
-			snapshot.Capabilities{PythonOnly: true}, SiteNoPython, SiteKindNone, CategoryBackwardTemporary},
+			snapshot.Capabilities{PythonOnly: true}, SiteNoPython, SiteKindNone, CategoryOther},
 		{"no stack", AttributionOptions{}, nil, true, snapshot.Capabilities{}, SiteNoStack, SiteKindNone, CategoryOther},
 		{"library skipped", AttributionOptions{}, []snapshot.Frame{
 			fr(sp+"torch/_tensor.py", 600, "to"),
@@ -94,8 +94,8 @@ func TestAttributeSite(t *testing.T) {
 				t.Fatal(err)
 			}
 			at := a.AttributeFrames(tc.frames, tc.noStack, tc.caps)
-			if at.Site.Site != tc.site || at.Kind != tc.kind || at.Category != tc.category {
-				t.Errorf("got site %q kind %q category %q (%s), want %q %q %q", at.Site.Site, at.Kind, at.Category, at.Evidence, tc.site, tc.kind, tc.category)
+			if at.Site != tc.site || at.Kind != tc.kind || at.Category != tc.category {
+				t.Errorf("got site %q kind %q category %q (%s), want %q %q %q", at.Site, at.Kind, at.Category, at.Evidence, tc.site, tc.kind, tc.category)
 			}
 			if at.Stack == nil {
 				t.Error("nil stack")

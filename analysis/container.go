@@ -21,30 +21,42 @@ func (h sizeHist) dominant() (size int64, count, total int) {
 // minContainerBlocks is the fewest same-size blocks that make a container.
 const minContainerBlocks = 3
 
-// containerGuess decides whether a site's live blocks are a user container: at least 3 blocks,
-// 90% or more of them the same size, from one line of the user's own code whose stacks show no
-// forward, backward, optimizer, model-building or communication frame (category "other"). Such
-// memory is typically a Python list or dict that keeps one tensor per iteration
-// (history.append(x)); a loss kept with its graph is not one (its site also holds the
-// different-size log_softmax outputs). iterations, when above 0, is how many iterations of the
-// trace the blocks were allocated in (more evidence). It returns the evidence, or "" when the
-// site is not a container.
-func containerGuess(kind, category, site, function string, h sizeHist, iterations int) string {
-	if kind != SiteKindUser || category != CategoryOther {
+// containerEvidence decides whether a site's live blocks are a user container: at least 3
+// blocks, 90% or more of them the same size, from one line of the user's own code whose role is
+// "other" (no forward, backward, optimizer, model-building or communication frame near the
+// allocation). Such memory is typically a Python list or dict that keeps one tensor per step
+// (history.append(x)). steps is how many steps the blocks were allocated in (at least 2 is
+// required when known); guess says the file cannot show steps (no trace). It returns the
+// evidence, or "" when the site is not a container.
+func containerEvidence(site SiteIdentity, h sizeHist, steps int, guess bool) string {
+	if site.Kind != SiteKindUser || site.UserSite == "" || (!guess && steps < 2) {
 		return ""
 	}
 	size, count, total := h.dominant()
 	if count < minContainerBlocks || count*10 < total*9 {
 		return ""
 	}
-	ev := fmt.Sprintf("%d live blocks of %s each from one line of your code (%s", count, FormatBytes(size), site)
-	if function != "" {
-		ev += " in " + function
+	ev := fmt.Sprintf("%d live blocks of %s each from one line of your code (%s", count, FormatBytes(size), site.Site)
+	if site.Function != "" {
+		ev += " in " + site.Function
 	}
 	ev += ") outside the forward and backward passes"
-	if iterations > 1 {
-		ev += fmt.Sprintf(", allocated in %d different iterations", iterations)
+	if guess {
+		ev = "guess: " + ev + "; the file has no trace, so it cannot show that they come from different steps"
+	} else {
+		ev += fmt.Sprintf(", allocated in %d different steps", steps)
 	}
-	ev += ": a container (list, dict, deque) keeping one tensor per call, e.g. history.append(x); store x.detach().cpu() or x.item(), or bound the container"
+	ev += ": a container (list, dict, deque) keeping one tensor per step, e.g. history.append(x); store x.detach().cpu() or x.item(), or bound the container"
 	return ev
+}
+
+// containerGuess is containerEvidence for live blocks of device dev allocated at the given trace
+// events: steps come from the device's trace; without a trace it is a guess, and with a trace
+// whose steps are unknown it is never a container.
+func (r *Roles) containerGuess(dev int, site SiteIdentity, h sizeHist, allocs []int) string {
+	d := r.device(dev)
+	if !d.hasTrace {
+		return containerEvidence(site, h, 0, true)
+	}
+	return containerEvidence(site, h, stepsSpanned(d.steps.Starts, allocs), false)
 }

@@ -18,26 +18,30 @@ func TestContainerGuess(t *testing.T) {
 		return h
 	}
 	nine := append([]int64{}, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1)
+	user := SiteIdentity{Site: "train.py:97", Function: "train_step", Kind: SiteKindUser, UserSite: "train.py:97"}
+	modelLib := SiteIdentity{Site: "modeling_llama.py:97", Function: "forward", Kind: SiteKindUser}
+	torch := SiteIdentity{Site: "adam.py:9", Kind: SiteKindTorch}
+	none := SiteIdentity{Site: SiteNoPython, Kind: SiteKindNone}
 	tests := []struct {
-		name     string
-		kind     string
-		category string
-		h        sizeHist
-		iters    int
-		want     string // substring of the evidence, "" = not a container
+		name  string
+		site  SiteIdentity
+		h     sizeHist
+		steps int
+		guess bool
+		want  string // substring of the evidence, "" = not a container
 	}{
-		{"same size from user code", SiteKindUser, CategoryOther, hist(mib, mib, mib), 0, "3 live blocks of 1.0 MiB each"},
-		{"90% one size", SiteKindUser, CategoryOther, hist(nine...), 0, "9 live blocks of 4 B each"},
-		{"with iterations", SiteKindUser, CategoryOther, hist(mib, mib, mib), 3, "allocated in 3 different iterations"},
-		{"two blocks", SiteKindUser, CategoryOther, hist(mib, mib), 0, ""},
-		{"mixed sizes (loss + log_softmax)", SiteKindUser, CategoryOther, hist(512, 512, 512, 4*mib, 4*mib, 4*mib), 0, ""},
-		{"forward pass", SiteKindUser, CategoryActivation, hist(mib, mib, mib), 0, ""},
-		{"optimizer", SiteKindUser, CategoryOptimizerState, hist(mib, mib, mib), 0, ""},
-		{"torch site", SiteKindTorch, CategoryOther, hist(mib, mib, mib), 0, ""},
-		{"no python frame", SiteKindNone, CategoryOther, hist(mib, mib, mib), 0, ""},
+		{"state-only guess", user, hist(mib, mib, mib), 0, true, "guess: 3 live blocks of 1.0 MiB each"},
+		{"90% one size", user, hist(nine...), 0, true, "9 live blocks of 4 B each"},
+		{"across steps", user, hist(mib, mib, mib), 3, false, "allocated in 3 different steps"},
+		{"one step is not a container", user, hist(mib, mib, mib), 1, false, ""},
+		{"two blocks", user, hist(mib, mib), 0, true, ""},
+		{"mixed sizes (loss + log_softmax)", user, hist(512, 512, 512, 4*mib, 4*mib, 4*mib), 0, true, ""},
+		{"model library is not the user's code", modelLib, hist(mib, mib, mib), 3, false, ""},
+		{"torch site", torch, hist(mib, mib, mib), 3, false, ""},
+		{"no python frame", none, hist(mib, mib, mib), 3, false, ""},
 	}
 	for _, tc := range tests {
-		got := containerGuess(tc.kind, tc.category, "train.py:97", "train_step", tc.h, tc.iters)
+		got := containerEvidence(tc.site, tc.h, tc.steps, tc.guess)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: evidence %q, want %q", tc.name, got, tc.want)
 		}
@@ -57,7 +61,7 @@ func TestContainerScenarios(t *testing.T) {
 		otherCat  string
 	}{
 		{"growing container", sim.GrowingContainerPair, "train.py:97", 50, "train.py:112", CategoryParameter},
-		{"retained graph", sim.RetainedGraphPair, "", 0, "train.py:89", CategoryOther},
+		{"retained graph", sim.RetainedGraphPair, "", 0, "train.py:89", CategoryActivation}, // the loss is part of the graph
 		{"no growth", sim.NoGrowthPair, "", 0, "train.py:91", CategoryOptimizerState},
 	}
 	for _, tc := range tests {
@@ -97,7 +101,7 @@ func TestContainerScenarios(t *testing.T) {
 				if isC != (s.Site == tc.container) {
 					t.Errorf("replay repeating %s: category %s", s.Site, s.Category)
 				}
-				if isC && !strings.Contains(s.Evidence, "allocated in 50 different iterations") {
+				if isC && !strings.Contains(s.Evidence, "allocated in 50 different steps") {
 					t.Errorf("replay evidence %q", s.Evidence)
 				}
 			}

@@ -25,10 +25,7 @@ const (
 
 // DiffSite is one site's live memory in both snapshots.
 type DiffSite struct {
-	File        string `json:"file"`
-	Line        int64  `json:"line"`
-	Function    string `json:"function"`
-	Site        string `json:"site"`
+	SiteIdentity
 	Category    string `json:"category"`
 	BytesBefore int64  `json:"bytes_before"`
 	BytesAfter  int64  `json:"bytes_after"`
@@ -38,6 +35,7 @@ type DiffSite struct {
 	BlocksBefore int    `json:"blocks_before"`
 	BlocksAfter  int    `json:"blocks_after"`
 	DeltaBlocks  int    `json:"delta_blocks"`
+	minAfter     int64  // the smallest live block after: a per-step scalar (the loss) is the smallest
 }
 
 // DiffPattern is a recognised growth pattern with its evidence and the concrete fix.
@@ -84,13 +82,12 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	r := &DiffResult{BeforePath: before.Path, AfterPath: after.Path, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}}
 	m := map[diffKey]*DiffSite{}
 	type kindSizes struct {
-		kind     string
 		sizes    [2]sizeHist // before, after
 		allOther bool
 	}
 	ks := map[diffKey]*kindSizes{}
 	add := func(snap *snapshot.Snapshot, isAfter bool) {
-		grads := newGradGuesser(snap, a)
+		roles := rolesWith(snap, a)
 		for si := range snap.Segments {
 			seg := &snap.Segments[si]
 			if opt.Device >= 0 && seg.Device != opt.Device {
@@ -100,16 +97,14 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 				if b.State != snapshot.StateActiveAllocated {
 					continue
 				}
-				at := grads.refine(a.Attribute(snap, b.Stack), seg.Device, b)
-				k := diffKey{at.File, at.Function, at.Line, at.Site.Site, ""}
-				if b.Stack == snapshot.EmptyStack {
-					k.category = at.Category // frameless gradients apart from backward temporaries
-				}
+				at := roles.Block(seg.Device, b)
+				k := diffKey{at.File, at.Function, at.Line, at.Site, ""}
+				k.category = at.Category // one row per role: a site can hold activations and a workspace
 				d := m[k]
 				if d == nil {
-					d = &DiffSite{File: at.File, Line: at.Line, Function: at.Function, Site: at.Site.Site, Category: at.Category}
+					d = &DiffSite{SiteIdentity: at.SiteIdentity, Category: at.Category}
 					m[k] = d
-					ks[k] = &kindSizes{kind: at.Site.Kind, sizes: [2]sizeHist{{}, {}}, allOther: true}
+					ks[k] = &kindSizes{sizes: [2]sizeHist{{}, {}}, allOther: true}
 				}
 				x := ks[k]
 				x.allOther = x.allOther && at.Category == CategoryOther
@@ -119,6 +114,9 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 					x.sizes[0].add(b.Size)
 				}
 				if isAfter {
+					if d.minAfter == 0 || b.Size < d.minAfter {
+						d.minAfter = b.Size
+					}
 					d.BytesAfter += b.Size
 					d.BlocksAfter++
 					d.Category = at.Category
@@ -141,7 +139,7 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 			if d.BlocksAfter == 0 {
 				h = x.sizes[0]
 			}
-			if ev := containerGuess(x.kind, CategoryOther, d.Site, d.Function, h, 0); ev != "" {
+			if ev := containerEvidence(d.SiteIdentity, h, 2, false); ev != "" {
 				d.Category, d.Evidence = CategoryUserContainer, ev
 			}
 		}
@@ -213,7 +211,7 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 		if loss.Site == "" {
 			loss = acts[0]
 			for _, d := range acts[1:] {
-				if d.DeltaBytes/int64(d.DeltaBlocks) < loss.DeltaBytes/int64(loss.DeltaBlocks) {
+				if d.minAfter < loss.minAfter || (d.minAfter == loss.minAfter && d.DeltaBlocks > loss.DeltaBlocks) {
 					loss = d
 				}
 			}

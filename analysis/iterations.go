@@ -11,7 +11,8 @@ import (
 // Iteration sources reported by ReplayResult.IterationSource.
 const (
 	IterationsFromAnnotations = "annotations" // ProfilerStep#N record_function spans
-	IterationsFromPeriodicity = "periodicity" // the trace's own repeating allocation sequence
+	IterationsFromPhases      = "phases"      // a forward pass after a backward pass or an optimizer step
+	IterationsFromPeriodicity = "periodicity" // the trace's own repeating allocation sequence (no frames: a guess)
 	IterationsNone            = "none"
 )
 

@@ -27,10 +27,7 @@ const (
 
 // OOMSite is a site holding memory just before an OOM.
 type OOMSite struct {
-	Site     string `json:"site"`
-	File     string `json:"file"`
-	Line     int64  `json:"line"`
-	Function string `json:"function"`
+	SiteIdentity
 	Category string `json:"category"`
 	Bytes    int64  `json:"bytes"`
 	Blocks   int    `json:"blocks"`
@@ -39,8 +36,8 @@ type OOMSite struct {
 	// StackID is the stack of the site's largest live block (read-raw-section stacks[ID]); -1
 	// when none was recorded.
 	StackID int `json:"stack_id"`
-	kind    string
 	sizes   sizeHist
+	allocs  []int
 	topSize int64
 }
 
@@ -52,11 +49,8 @@ type OOMEvent struct {
 	RequestedBytes  int64    `json:"requested_bytes"`
 	DeviceFreeBytes int64    `json:"device_free_bytes"`
 	Stream          string   `json:"stream"`
-	File            string   `json:"file"`
-	Line            int64    `json:"line"`
-	Function        string   `json:"function"`
-	Site            string   `json:"site"`
-	Stack           []string `json:"stack"`
+	SiteIdentity
+	Stack []string `json:"stack"`
 	// StateSource says where the memory figures come from: "replay" (the trace replayed up to
 	// the OOM) or "final_state" (the file's segments: no trace, or nothing changed after the OOM).
 	StateSource    string `json:"state_source"`
@@ -132,10 +126,9 @@ func isStateEvent(a snapshot.Action) bool {
 }
 
 // finalFreeState reads the state from the file's segments of device dev.
-func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool, stream uint64, limit int) freeState {
+func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, stream uint64, limit int) freeState {
 	var fs freeState
 	m := map[string]*OOMSite{}
-	grads := newGradGuesser(snap, a)
 	for si := range snap.Segments {
 		s := &snap.Segments[si]
 		if s.Device != dev {
@@ -148,8 +141,8 @@ func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool,
 			case snapshot.StateActiveAllocated:
 				fs.allocated += b.Size
 				fs.active += b.Size
-				at := grads.refine(a.Attribute(snap, b.Stack), dev, b)
-				addSite(m, at, b.Size, b.Stack)
+				at, idx := roles.BlockInfo(dev, b)
+				addSite(m, at, b.Size, b.Stack, idx)
 			case snapshot.StateActivePendingFree:
 				fs.active += b.Size
 			case snapshot.StateInactive:
@@ -163,36 +156,39 @@ func finalFreeState(snap *snapshot.Snapshot, a *Attributor, dev int, small bool,
 			}
 		}
 	}
-	fs.sites = sortOOMSites(m, limit)
+	fs.sites = sortOOMSites(roles, dev, m, limit)
 	return fs
 }
 
-func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.StackID) {
-	k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
-	if at.Site.Kind == SiteKindNone {
-		k += "\x00" + at.Category // frameless gradients apart from backward temporaries
-	}
+func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.StackID, allocIdx int) {
+	k := at.key()
+	k += "\x00" + at.Category // one row per role: a site can hold activations and a workspace
 	s := m[k]
 	if s == nil {
-		s = &OOMSite{Site: at.Site.Site, File: at.File, Line: at.Line, Function: at.Function, Category: at.Category,
-			kind: at.Site.Kind, sizes: sizeHist{}}
+		s = &OOMSite{SiteIdentity: at.SiteIdentity, Category: at.Category, sizes: sizeHist{}}
 		m[k] = s
 	}
-	if s.Blocks == 0 || size > s.topSize {
+	if allocIdx >= 0 {
+		s.allocs = append(s.allocs, allocIdx)
+	}
+	if s.Blocks == 0 || size > s.topSize || (size == s.topSize && int(stack) < s.StackID) {
 		s.topSize, s.StackID = size, max(int(stack), -1)
+		s.Evidence = at.Evidence
 	}
 	s.Bytes += size
 	s.Blocks++
 	s.sizes.add(size)
 }
 
-func sortOOMSites(m map[string]*OOMSite, limit int) []OOMSite {
+func sortOOMSites(roles *Roles, dev int, m map[string]*OOMSite, limit int) []OOMSite {
 	out := make([]OOMSite, 0, len(m))
 	for _, s := range m {
-		if ev := containerGuess(s.kind, s.Category, s.Site, s.Function, s.sizes, 0); ev != "" {
-			s.Category, s.Evidence = CategoryUserContainer, ev
+		if s.Category == CategoryOther {
+			if ev := roles.containerGuess(dev, s.SiteIdentity, s.sizes, s.allocs); ev != "" {
+				s.Category, s.Evidence = CategoryUserContainer, ev
+			}
 		}
-		s.sizes = nil
+		s.sizes, s.allocs = nil, nil
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(x, y OOMSite) int {
@@ -208,7 +204,7 @@ func sortOOMSites(m map[string]*OOMSite, limit int) []OOMSite {
 // of known segments not covered by live blocks. When the trace records requested sizes, each
 // live block's real size is rebuilt from the layout: rounded up to 512 B, plus the rest up to
 // the next block when that rest is too small to split off (<= 1 MiB in the large pool).
-func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit int) freeState {
+func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64, limit int) freeState {
 	var fs freeState
 	type span struct {
 		addr, end uint64
@@ -284,15 +280,10 @@ func replayFreeState(e *engine, a *Attributor, small bool, stream uint64, limit 
 			continue
 		}
 		fs.allocated += size
-		var at Attribution
-		if sp.b.allocIdx < 0 && sp.b.stack == snapshot.NoStack {
-			at = Attribution{Site: Site{Site: "<allocated before the trace>", Kind: SiteKindNone}, Category: CategoryOther}
-		} else {
-			at = a.Attribute(e.snap, sp.b.stack)
-		}
-		addSite(m, at, size, sp.b.stack)
+		at := roles.Live(dev, sp.b.stack, sp.addr, size, sp.b.allocIdx)
+		addSite(m, at, size, sp.b.stack, sp.b.allocIdx)
 	}
-	fs.sites = sortOOMSites(m, limit)
+	fs.sites = sortOOMSites(roles, dev, m, limit)
 	return fs
 }
 
@@ -304,7 +295,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 	if opt.Limit <= 0 {
 		opt.Limit = 10
 	}
-	a, err := NewAttributor(opt.Attribution)
+	roles, err := NewRoles(snap, opt.Attribution)
 	if err != nil {
 		return nil, fmt.Errorf("oom: %w", err)
 	}
@@ -333,14 +324,14 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 			ev := evs[idx]
 			o := OOMEvent{Device: dev, EventIndex: idx, TimeUS: ev.TimeUS, RequestedBytes: ev.Size, DeviceFreeBytes: ev.DeviceFree,
 				Stream: fmt.Sprintf("0x%x", ev.Stream), LiveSites: []OOMSite{}, Fixes: []string{}, StateSource: "replay"}
-			at := a.Attribute(snap, ev.Stack)
-			o.File, o.Line, o.Function, o.Site, o.Stack = at.File, at.Line, at.Function, at.Site.Site, emptyIfNil(at.Stack)
+			at := roles.Stack(dev, ev.Stack)
+			o.SiteIdentity, o.Stack = at.SiteIdentity, emptyIfNil(at.Stack)
 			small := ev.Size <= mib
 			var fs freeState
 			if idx > lastState {
 				// Nothing changed after the OOM: the file's segments are the state at the OOM (exact
 				// block sizes and pools).
-				fs = finalFreeState(snap, a, dev, small, ev.Stream, opt.Limit)
+				fs = finalFreeState(snap, roles, dev, small, ev.Stream, opt.Limit)
 				o.StateSource = "final_state"
 			} else {
 				if e == nil || e.next > idx {
@@ -349,7 +340,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 				if err := e.run(ctx, idx); err != nil {
 					return nil, fmt.Errorf("oom: %w", err)
 				}
-				fs = replayFreeState(e, a, small, ev.Stream, opt.Limit)
+				fs = replayFreeState(e, roles, dev, small, ev.Stream, opt.Limit)
 			}
 			o.AllocatedBytes, o.ReservedBytes, o.InactiveBytes = fs.allocated, fs.reserved, fs.reserved-fs.active
 			o.Expandable = expandable
@@ -363,7 +354,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 			}
 			o.LargestFreeBlockBytes, o.LargestFreeAnyBytes = fs.largestSame, fs.largestAny
 			o.LiveSites = emptyIfNil(fs.sites)
-			judge(&o, opt, fs, a, snap)
+			judge(&o, opt, fs, roles, snap)
 			r.OOMs = append(r.OOMs, o)
 		}
 	}
@@ -403,7 +394,7 @@ func usesExpandable(snap *snapshot.Snapshot, dev int) bool {
 }
 
 // judge sets the verdict, explanation and fixes.
-func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snapshot.Snapshot) {
+func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapshot.Snapshot) {
 	total, src := opt.DeviceTotalBytes, "option"
 	ignored := ""
 	if total > 0 && total < o.ReservedBytes+o.DeviceFreeBytes {
@@ -421,7 +412,7 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, a *Attributor, snap *snaps
 	for _, s := range fs.sites {
 		byCat[s.Category] += s.Bytes
 	}
-	for _, c := range []string{CategoryActivation, CategoryParameter, CategoryOptimizerState, CategoryGradient, CategoryBackwardTemporary, CategoryCommunication, CategoryUserContainer, CategoryOther} {
+	for _, c := range AllCategories {
 		if byCat[c] > o.DominantBytes {
 			o.Dominant, o.DominantBytes = c, byCat[c]
 		}

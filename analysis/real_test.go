@@ -64,7 +64,7 @@ func TestRealTopStacksNameUserFrames(t *testing.T) {
 					if hasUser {
 						withUser++
 						if at.Kind != SiteKindUser || torchInternal(at.File) {
-							t.Errorf("block with a user frame attributed to %s (%s)", at.Site.Site, at.File)
+							t.Errorf("block with a user frame attributed to %s (%s)", at.Site, at.File)
 						}
 					}
 				}

@@ -24,10 +24,7 @@ type ActionCount struct {
 
 // SiteBytes is memory held by one site.
 type SiteBytes struct {
-	Site     string  `json:"site"`
-	File     string  `json:"file"`
-	Line     int64   `json:"line"`
-	Function string  `json:"function"`
+	SiteIdentity
 	Category string  `json:"category"`
 	Bytes    int64   `json:"bytes"`
 	Blocks   int     `json:"blocks"`
@@ -71,16 +68,15 @@ func isGCStack(frames []snapshot.Frame) bool {
 
 // RepeatingSite is a site that allocates across the trace and whose blocks are never freed.
 type RepeatingSite struct {
-	Site        string `json:"site"`
-	File        string `json:"file"`
-	Line        int64  `json:"line"`
-	Function    string `json:"function"`
+	SiteIdentity
 	Category    string `json:"category"`
 	Evidence    string `json:"evidence,omitempty"` // set for user_container
 	Survivors   int    `json:"survivors"`          // blocks allocated in the trace and alive at its end
 	Bytes       int64  `json:"bytes"`              // their bytes
 	Iterations  int    `json:"iterations"`         // distinct iterations they were allocated in
 	Allocations int    `json:"allocations"`        // all allocations of the site in the trace
+	// Expected: memory that stays on purpose (optimizer state made by the first step).
+	Expected bool `json:"expected"`
 }
 
 // ReplayResult is the memory of one device over its recorded trace.
@@ -419,34 +415,39 @@ func (e *engine) run(ctx context.Context, stop int) error {
 }
 
 // liveSites groups the allocated (not pending) live blocks by site.
-func (e *engine) liveSites(a *Attributor, limit int) ([]SiteBytes, int64) {
+func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
 	type agg struct {
 		at     Attribution
 		bytes  int64
 		blocks int
 		sizes  sizeHist
+		allocs []int
+		top    int64 // the representative (evidence) is the largest block's, lowest stack on ties
+		topID  snapshot.StackID
 	}
 	m := map[string]*agg{}
 	var total, act int64
-	for _, b := range e.live {
+	for addr, b := range e.live {
 		if b.pending {
 			continue
 		}
-		var at Attribution
-		if b.allocIdx < 0 && b.stack == snapshot.NoStack {
-			at = Attribution{Site: Site{Site: "<allocated before the trace>", Kind: SiteKindNone}, Category: CategoryOther}
-		} else {
-			at = a.Attribute(e.snap, b.stack)
-		}
-		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
+		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx)
+		k := at.key()
+		k += "\x00" + at.Category
 		g := m[k]
 		if g == nil {
-			g = &agg{at: at, sizes: sizeHist{}}
+			g = &agg{at: at, sizes: sizeHist{}, top: b.size, topID: b.stack}
 			m[k] = g
+		}
+		if b.size > g.top || (b.size == g.top && b.stack < g.topID) {
+			g.at, g.top, g.topID = at, b.size, b.stack
 		}
 		g.bytes += b.size
 		g.blocks++
 		g.sizes.add(b.size)
+		if b.allocIdx >= 0 {
+			g.allocs = append(g.allocs, b.allocIdx)
+		}
 		total += b.size
 		if at.Category == CategoryActivation {
 			act += b.size
@@ -454,10 +455,12 @@ func (e *engine) liveSites(a *Attributor, limit int) ([]SiteBytes, int64) {
 	}
 	out := make([]SiteBytes, 0, len(m))
 	for _, g := range m {
-		sb := SiteBytes{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
-			Category: g.at.Category, Bytes: g.bytes, Blocks: g.blocks, Percent: pct(g.bytes, total)}
-		if ev := containerGuess(g.at.Site.Kind, g.at.Category, sb.Site, sb.Function, g.sizes, 0); ev != "" {
-			sb.Category, sb.Evidence = CategoryUserContainer, ev
+		sb := SiteBytes{SiteIdentity: g.at.SiteIdentity, Category: g.at.Category, Evidence: g.at.Evidence,
+			Bytes: g.bytes, Blocks: g.blocks, Percent: pct(g.bytes, total)}
+		if sb.Category == CategoryOther {
+			if ev := roles.containerGuess(dev, sb.SiteIdentity, g.sizes, g.allocs); ev != "" {
+				sb.Category, sb.Evidence = CategoryUserContainer, ev
+			}
 		}
 		out = append(out, sb)
 	}
@@ -513,7 +516,7 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	if limit <= 0 {
 		limit = 10
 	}
-	a, err := NewAttributor(opt.Attribution)
+	roles, err := NewRoles(snap, opt.Attribution)
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +596,6 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	// Allocations per stack that survive to the end; allocated bytes around every event.
 	allocsPerStack := map[snapshot.StackID]int{}
-	var allocs []allocRec
 	before := make([]int64, len(e.evs))
 	after := make([]int64, len(e.evs))
 	for e.next < len(e.evs) {
@@ -610,7 +612,6 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 			hasSegEvents = true
 		case snapshot.ActionAlloc:
 			allocsPerStack[ev.Stack]++
-			allocs = append(allocs, allocRec{idx: i, key: allocKey(ev), level: e.allocated})
 		case snapshot.ActionOOM:
 			r.OOMEvents++
 		}
@@ -654,17 +655,17 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	slices.Sort(r.DelayedFrees.Streams)
 	for _, s := range dSites {
-		at := a.Attribute(snap, s.stack)
-		r.DelayedFrees.Sites = append(r.DelayedFrees.Sites, SiteBytes{Site: at.Site.Site, File: at.File, Line: at.Line,
-			Function: at.Function, Category: at.Category, Bytes: s.bytes, Blocks: s.blocks, Percent: pct(s.bytes, r.DelayedFrees.Bytes)})
+		at := roles.Stack(dev, s.stack)
+		r.DelayedFrees.Sites = append(r.DelayedFrees.Sites, SiteBytes{SiteIdentity: at.SiteIdentity, Category: at.Category,
+			Bytes: s.bytes, Blocks: s.blocks, Percent: pct(s.bytes, r.DelayedFrees.Bytes)})
 	}
 	r.DelayedFrees.Sites = mergeSiteBytes(r.DelayedFrees.Sites, limit)
 
 	r.GCFrees.Sites = []SiteBytes{}
 	for _, g := range gcSites {
-		at := a.Attribute(snap, g.stack)
-		r.GCFrees.Sites = append(r.GCFrees.Sites, SiteBytes{Site: at.Site.Site, File: at.File, Line: at.Line,
-			Function: at.Function, Category: at.Category, Bytes: g.bytes, Blocks: g.blocks})
+		at := roles.Stack(dev, g.stack)
+		r.GCFrees.Sites = append(r.GCFrees.Sites, SiteBytes{SiteIdentity: at.SiteIdentity, Category: at.Category,
+			Bytes: g.bytes, Blocks: g.blocks})
 	}
 	r.GCFrees.Sites = mergeSiteBytes(r.GCFrees.Sites, limit)
 	if r.GCFrees.Count > 0 {
@@ -675,19 +676,12 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	if err := pe.run(ctx, r.PeakAllocatedEvent+1); err != nil {
 		return nil, err
 	}
-	r.PeakSites, r.ActivationBytesAtPeak = pe.liveSites(a, limit)
+	r.PeakSites, r.ActivationBytesAtPeak = pe.liveSites(roles, dev, limit)
 
-	// Iterations and sites whose allocations survive across them.
-	starts, nAnn := annotationStarts(snap, dev, e.evs)
-	if nAnn > 0 {
-		r.IterationSource, r.Iterations = IterationsFromAnnotations, nAnn
-	} else if pr, ok := detectPeriod(allocs); ok {
-		starts = make([]int, len(pr.starts))
-		for k, b := range pr.starts {
-			starts[k] = allocs[b].idx
-		}
-		r.IterationSource, r.Iterations, r.IterationPeriodAllocs = IterationsFromPeriodicity, len(starts), pr.period
-	}
+	// Steps and sites whose allocations survive across them.
+	steps := roles.Steps(dev)
+	starts := steps.Starts
+	r.IterationSource, r.Iterations, r.IterationPeriodAllocs = steps.Source, len(starts), steps.Period
 	if len(starts) > 1 {
 		d := make([]int, 0, len(starts)-1)
 		for k := 1; k < len(starts); k++ {
@@ -701,7 +695,7 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		r.IterationStartEvents = r.IterationStartEvents[:maxIterationStarts]
 	}
 	r.Sawtooth = sawtooth(starts, before, after)
-	r.RepeatingSites = repeatingSites(snap, a, e, starts, allocsPerStack, limit)
+	r.RepeatingSites = repeatingSites(roles, dev, e, starts, allocsPerStack, limit)
 
 	notes := &r.Notes
 	if !r.HasTrace {
@@ -731,9 +725,13 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	switch {
 	case r.IterationSource == IterationsFromPeriodicity:
-		*notes = append(*notes, fmt.Sprintf("no ProfilerStep annotations: iterations are inferred from the trace's repeating sequence of %d allocations (repeated layers inside one pass can look the same; record the loop under torch.profiler for exact steps)", r.IterationPeriodAllocs))
+		*notes = append(*notes, fmt.Sprintf("guess: the trace has no frames to tell forward, backward and optimizer phases apart, so steps are inferred from its repeating sequence of %d allocations (repeated layers inside one pass look the same); record with context=\"all\" or under torch.profiler for exact steps", r.IterationPeriodAllocs))
 	case r.HasTrace && r.IterationSource == IterationsNone:
-		*notes = append(*notes, "no ProfilerStep annotations and no repeating allocation sequence (at least 3 periods): iterations are unknown")
+		if roles.HasBackward(dev) {
+			*notes = append(*notes, "no ProfilerStep annotations and no forward pass after a backward pass: the trace holds at most one step, so nothing can be said to grow from step to step")
+		} else {
+			*notes = append(*notes, "no ProfilerStep annotations and no backward pass or optimizer step: steps are unknown (repeated layers or requests inside one pass are not steps), so nothing can be said to grow from step to step")
+		}
 	}
 	if r.HasTrace && r.FirstTimeUS == 0 {
 		*notes = append(*notes, "the trace has no timestamps (time_us): positions are event indices")
@@ -770,66 +768,66 @@ func mergeSiteBytes(in []SiteBytes, limit int) []SiteBytes {
 	return out
 }
 
-// repeatingSites finds sites whose trace allocations survive to the end across iterations (or,
-// without iterations, across the trace): memory allocated every iteration and never freed.
-func repeatingSites(snap *snapshot.Snapshot, a *Attributor, e *engine, starts []int, allocs map[snapshot.StackID]int, limit int) []RepeatingSite {
+// repeatingSites finds sites whose trace allocations survive to the end across at least two
+// real steps: memory allocated every step and never freed. Without steps (a single pass, or
+// steps unknown) nothing can be said to repeat. Optimizer state created in the first step only is
+// expected and labelled so.
+func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[snapshot.StackID]int, limit int) []RepeatingSite {
+	out := []RepeatingSite{}
+	if len(starts) < 2 {
+		return out
+	}
 	type agg struct {
 		at     Attribution
 		surv   int
 		bytes  int64
 		iters  map[int]bool
 		allocs int
-		minIdx int
-		maxIdx int
+		idxs   []int
 		sizes  sizeHist
 	}
 	m := map[string]*agg{}
-	for _, b := range e.live {
+	for addr, b := range e.live {
 		if b.allocIdx < 0 || b.pending {
 			continue
 		}
-		at := a.Attribute(snap, b.stack)
-		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line)
+		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx)
+		k := at.key()
 		g := m[k]
 		if g == nil {
-			g = &agg{at: at, iters: map[int]bool{}, minIdx: b.allocIdx, maxIdx: b.allocIdx, sizes: sizeHist{}}
+			g = &agg{at: at, iters: map[int]bool{}, sizes: sizeHist{}}
 			m[k] = g
+		}
+		if at.Category < g.at.Category {
+			g.at = at // deterministic when one site's blocks differ in role
 		}
 		g.sizes.add(b.size)
 		g.surv++
 		g.bytes += b.size
-		g.minIdx = min(g.minIdx, b.allocIdx)
-		g.maxIdx = max(g.maxIdx, b.allocIdx)
-		if len(starts) > 0 {
-			it, _ := slices.BinarySearch(starts, b.allocIdx+1)
-			g.iters[it] = true
-		}
+		g.idxs = append(g.idxs, b.allocIdx)
+		g.iters[stepOf(starts, b.allocIdx)] = true
 	}
 	for id, n := range allocs {
-		at := a.Attribute(snap, id)
-		k := at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line)
-		if g := m[k]; g != nil {
+		at := roles.Stack(dev, id)
+		if g := m[at.key()]; g != nil {
 			g.allocs += n
 		}
 	}
-	out := []RepeatingSite{}
-	n := len(e.evs)
 	for _, g := range m {
 		iters := len(g.iters)
-		ok := false
-		if len(starts) > 0 {
-			ok = iters >= 3
-		} else {
-			// spread over at least half of the trace with at least 3 survivors
-			ok = g.surv >= 3 && n > 0 && g.maxIdx-g.minIdx >= n/2
-		}
-		if !ok {
+		firstOnly := iters == 1 && g.iters[0] && g.at.Category == CategoryOptimizerState
+		if iters < 2 && !firstOnly {
 			continue
 		}
-		rs := RepeatingSite{Site: g.at.Site.Site, File: g.at.File, Line: g.at.Line, Function: g.at.Function,
-			Category: g.at.Category, Survivors: g.surv, Bytes: g.bytes, Iterations: iters, Allocations: g.allocs}
-		if ev := containerGuess(g.at.Site.Kind, g.at.Category, rs.Site, rs.Function, g.sizes, iters); ev != "" {
-			rs.Category, rs.Evidence = CategoryUserContainer, ev
+		rs := RepeatingSite{SiteIdentity: g.at.SiteIdentity, Category: g.at.Category, Survivors: g.surv, Bytes: g.bytes,
+			Iterations: iters, Allocations: g.allocs}
+		if firstOnly {
+			rs.Expected = true
+			rs.Evidence = "optimizer state created by the first optimizer step and kept: expected, not a leak"
+		} else if rs.Category == CategoryOther {
+			if ev := containerEvidence(rs.SiteIdentity, g.sizes, iters, false); ev != "" {
+				rs.Category, rs.Evidence = CategoryUserContainer, ev
+			}
 		}
 		out = append(out, rs)
 	}
@@ -887,9 +885,11 @@ func (r *ReplayResult) Text() string {
 	}
 	switch r.IterationSource {
 	case IterationsFromAnnotations:
-		fmt.Fprintf(&b, "  %d iterations (ProfilerStep annotations)", r.Iterations)
+		fmt.Fprintf(&b, "  %s (ProfilerStep annotations)", count(r.Iterations, "step"))
+	case IterationsFromPhases:
+		fmt.Fprintf(&b, "  %s (a forward pass after each backward pass or optimizer step)", count(r.Iterations, "step"))
 	case IterationsFromPeriodicity:
-		fmt.Fprintf(&b, "  %d iterations (the trace repeats every %d allocations", r.Iterations, r.IterationPeriodAllocs)
+		fmt.Fprintf(&b, "  %s (guess: the trace repeats every %d allocations", count(r.Iterations, "step"), r.IterationPeriodAllocs)
 		if r.IterationPeriodEvents > 0 {
 			fmt.Fprintf(&b, ", about %d events", r.IterationPeriodEvents)
 		}
@@ -897,23 +897,23 @@ func (r *ReplayResult) Text() string {
 	}
 	if r.IterationSource != IterationsNone {
 		if st := r.Sawtooth; st.Iterations > 0 {
-			fmt.Fprintf(&b, "; sawtooth over %d complete iterations: starts at %s, rises by up to %s within an iteration (peak %s)",
+			fmt.Fprintf(&b, "; sawtooth over %d complete steps: starts at %s, rises by up to %s within a step (peak %s)",
 				st.Iterations, FormatBytes(st.FirstStartBytes), FormatBytes(st.MaxRiseBytes), FormatBytes(st.MaxPeakBytes))
 			if st.GrowthPerIterationBytes > 0 {
-				fmt.Fprintf(&b, "; each iteration leaves %s more allocated than the one before (%s at the start of the last)",
+				fmt.Fprintf(&b, "; each step leaves %s more allocated than the one before (%s at the start of the last)",
 					FormatBytes(st.GrowthPerIterationBytes), FormatBytes(st.LastStartBytes))
-			} else {
-				b.WriteString("; no growth from one iteration to the next")
+			} else if st.Iterations > 1 {
+				b.WriteString("; no growth from one step to the next")
 			}
 		}
 		b.WriteString("\n")
 	}
 	for _, s := range r.RepeatingSites {
-		fmt.Fprintf(&b, "  %s allocates without freeing: %d blocks (%s) alive at the end", s.Site, s.Survivors, FormatBytes(s.Bytes))
-		if s.Iterations > 0 {
-			fmt.Fprintf(&b, " from %d iterations", s.Iterations)
+		if s.Expected {
+			fmt.Fprintf(&b, "  %s [%s]: %d blocks (%s) made by the first step and kept (expected)\n", s.Site, s.Category, s.Survivors, FormatBytes(s.Bytes))
+			continue
 		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "  %s [%s] allocates without freeing: %d blocks (%s) alive at the end from %d steps\n", s.Site, s.Category, s.Survivors, FormatBytes(s.Bytes), s.Iterations)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)

@@ -107,7 +107,7 @@ func rankModelState(ctx context.Context, r load.Rank, a *Attributor) (RankModelS
 	}
 	st.HasStacks = snap.Caps.FramesOnBlocks
 	ddpStack := map[snapshot.StackID]bool{}
-	grads := newGradGuesser(snap, a)
+	roles := rolesWith(snap, a)
 	for si := range snap.Segments {
 		if si&0xfff == 0 {
 			if err := ctx.Err(); err != nil {
@@ -133,7 +133,7 @@ func rankModelState(ctx context.Context, r load.Rank, a *Attributor) (RankModelS
 				st.DDPBucketBytes += b.Size
 				continue
 			}
-			switch grads.refine(a.Attribute(snap, b.Stack), snap.Segments[si].Device, b).Category {
+			switch roles.Block(snap.Segments[si].Device, b).Category {
 			case CategoryParameter:
 				st.ParameterBytes += b.Size
 			case CategoryGradient:

@@ -112,8 +112,11 @@ func TestReplicationOthers(t *testing.T) {
 	// Replicated but dominated by other memory (1 GiB of activations on each rank).
 	ddp := sim.DDPRanks(2)
 	for _, s := range ddp {
+		fwd := snapshot.StackID(len(s.Stacks)) // a forward allocation: model.py:41 through linear.py
+		s.Frames = append(s.Frames, fr("/usr/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward"), fr("/workspace/proj/model.py", 41, "forward"))
+		s.Stacks = append(s.Stacks, []snapshot.FrameID{snapshot.FrameID(len(s.Frames) - 2), snapshot.FrameID(len(s.Frames) - 1)})
 		s.Segments = append(s.Segments, snapshot.Segment{Device: s.Segments[0].Device, Address: 1 << 50, TotalSize: gib, SegmentType: "large",
-			Blocks: []snapshot.Block{{Address: 1 << 50, Size: gib, RequestedSize: gib, State: snapshot.StateActiveAllocated, Stack: snapshot.EmptyStack}}})
+			Blocks: []snapshot.Block{{Address: 1 << 50, Size: gib, RequestedSize: gib, State: snapshot.StateActiveAllocated, Stack: fwd}}})
 	}
 	r, err := Replication(context.Background(), asRanks(ddp), ReplicationOptions{})
 	// model state 96 MiB of 1 GiB + 120.5 MiB allocated: 8.4%

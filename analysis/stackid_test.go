@@ -24,8 +24,8 @@ func TestTopSiteStackID(t *testing.T) {
 				t.Fatalf("%s %s: stack_id %d out of range", groupBy, s.Site, s.StackID)
 			}
 			at := a.Attribute(snap, snapshot.StackID(s.StackID))
-			if !slices.Equal(at.Stack, s.Stack) || (groupBy == "site" && at.Site.Site != s.Site) {
-				t.Errorf("%s %s: stack %d attributes to %s %q, want %q", groupBy, s.Site, s.StackID, at.Site.Site, at.Stack, s.Stack)
+			if !slices.Equal(at.Stack, s.Stack) || (groupBy == "site" && at.Site != s.Site) {
+				t.Errorf("%s %s: stack %d attributes to %s %q, want %q", groupBy, s.Site, s.StackID, at.Site, at.Stack, s.Stack)
 			}
 		}
 	}

@@ -27,11 +27,7 @@ const AllDevices = -1
 
 // TopSite is one group of memory.
 type TopSite struct {
-	File     string  `json:"file"`
-	Line     int64   `json:"line"`
-	Function string  `json:"function"`
-	Site     string  `json:"site"`
-	Kind     string  `json:"kind"`
+	SiteIdentity
 	Bytes    int64   `json:"bytes"`
 	Blocks   int     `json:"blocks"`
 	Percent  float64 `json:"percent"`
@@ -95,7 +91,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 	if opt.Limit <= 0 {
 		opt.Limit = 20
 	}
-	a, err := NewAttributor(opt.Attribution)
+	roles, err := NewRoles(snap, opt.Attribution)
 	if err != nil {
 		return nil, fmt.Errorf("top-stacks: %w", err)
 	}
@@ -105,11 +101,12 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		topID    snapshot.StackID
 		topSize  int64
 		sizes    sizeHist
-		allOther bool // every block's category is "other" (container candidates)
+		allOther bool  // every block's category is "other" (container candidates)
+		allocs   []int // trace events that allocated the group's live blocks
+		dev      int
 	}
 	groups := map[string]*agg{}
 	noStack, emptyStack := 0, 0
-	grads := newGradGuesser(snap, a)
 	for si := range snap.Segments {
 		seg := &snap.Segments[si]
 		if opt.Device >= 0 && seg.Device != opt.Device {
@@ -119,7 +116,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			if !stateMatches(opt.State, b.State) {
 				continue
 			}
-			at := grads.refine(a.Attribute(snap, b.Stack), seg.Device, b)
+			at, allocIdx := roles.BlockInfo(seg.Device, b)
 			if b.Stack == snapshot.NoStack {
 				noStack++
 			} else if b.Stack == snapshot.EmptyStack {
@@ -128,28 +125,27 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			var key string
 			switch opt.GroupBy {
 			case "site":
-				key = at.File + "\x00" + at.Function + "\x00" + fmt.Sprint(at.Line) + "\x00" + at.Site.Site
+				key = at.key()
 			case "stack":
 				key = fmt.Sprint(b.Stack)
 			case "file":
-				key = at.File + "\x00" + at.Site.Kind
+				key = at.File + "\x00" + at.Kind
 				if at.File == "" {
-					key += at.Site.Site
+					key += at.Site
 				}
 			case "function":
-				key = at.File + "\x00" + at.Function + "\x00" + at.Site.Kind
+				key = at.File + "\x00" + at.Function + "\x00" + at.Kind
 				if at.File == "" {
-					key += at.Site.Site
+					key += at.Site
 				}
 			}
-			if b.Stack == snapshot.EmptyStack {
-				key += "\x00" + at.Category // frameless gradients apart from backward temporaries
+			if opt.GroupBy == "site" || opt.GroupBy == "stack" {
+				key += "\x00" + at.Category // one row per role: a site can hold activations and a workspace
 			}
 			g := groups[key]
 			if g == nil {
-				g = &agg{ts: TopSite{File: at.File, Line: at.Line, Function: at.Function, Site: at.Site.Site, Kind: at.Site.Kind,
-					Category: at.Category, Evidence: at.Evidence, Stack: at.Stack}, topID: b.Stack, topSize: b.Size,
-					sizes: sizeHist{}, allOther: true}
+				g = &agg{ts: TopSite{SiteIdentity: at.SiteIdentity, Category: at.Category, Evidence: at.Evidence, Stack: at.Stack},
+					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: seg.Device}
 				switch opt.GroupBy {
 				case "file":
 					if at.File != "" {
@@ -166,6 +162,9 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			g.ts.Blocks++
 			g.sizes.add(b.Size)
 			g.allOther = g.allOther && at.Category == CategoryOther
+			if allocIdx >= 0 {
+				g.allocs = append(g.allocs, allocIdx)
+			}
 			if b.Size > g.topSize { // the representative stack is the largest block's
 				g.topSize, g.topID = b.Size, b.Stack
 				g.ts.Stack, g.ts.Category, g.ts.Evidence = at.Stack, at.Category, at.Evidence
@@ -176,7 +175,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 	}
 	for _, g := range groups {
 		if (opt.GroupBy == "site" || opt.GroupBy == "stack") && opt.State != "inactive" && g.allOther {
-			if ev := containerGuess(g.ts.Kind, CategoryOther, g.ts.Site, g.ts.Function, g.sizes, 0); ev != "" {
+			if ev := roles.containerGuess(g.dev, g.ts.SiteIdentity, g.sizes, g.allocs); ev != "" {
 				g.ts.Category, g.ts.Evidence = CategoryUserContainer, ev
 			}
 		}

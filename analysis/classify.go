@@ -1,0 +1,293 @@
+package analysis
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// stackContext is what the frames nearest an allocation say it was made for. Only the frames
+// between the allocator and the nearest model/user frame decide it (plus, for user code that is
+// itself an optimizer's step, the frame that calls that code): framework wrappers that call user
+// code from the outside (Lightning's closure inside optimizer.step, HF Trainer, accelerate hooks,
+// DeepSpeed/Megatron engines, dynamo) never do.
+type stackContext uint8
+
+const (
+	ctxNone          stackContext = iota // no frames: decided from size and timing
+	ctxUser                              // the user's code outside any forward, backward or optimizer frame
+	ctxForward                           // a forward computation (module forward, functional op, compiled graph)
+	ctxBackward                          // the autograd engine or a backward function
+	ctxGradient                          // AccumulateGrad: a leaf's .grad
+	ctxOptimizer                         // an optimizer step
+	ctxParameter                         // building, loading or moving the model
+	ctxCommunication                     // collectives (NCCL, c10d)
+	ctxKVCache                           // a KV cache (HF cache classes, vLLM/SGLang cache engines)
+	ctxAutocast                          // autocast's cast cache
+	ctxWorkspace                         // cuBLAS / cuDNN workspace
+)
+
+// cublasWorkspaceBytes is the size of one default cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG
+// :4096:2:16:8 = 8 MiB + 128 KiB): one per handle (thread and stream), kept for the process.
+const cublasWorkspaceBytes = 8519680
+
+// marker recognises one kind of frame.
+type marker struct {
+	ctx  stackContext
+	what string
+	test func(p, name string, cpp bool) bool
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// innerMarkers decide the context from the frames between the allocator and the nearest
+// model frame, innermost first: the first frame that matches any marker wins.
+var innerMarkers = []marker{
+	{ctxWorkspace, "a cuBLAS/cuDNN workspace", func(_, n string, cpp bool) bool {
+		ln := strings.ToLower(n)
+		return cpp && strings.Contains(ln, "workspace") && containsAny(ln, "cublas", "cuda::getnewworkspace", "blas", "cudnn")
+	}},
+	{ctxAutocast, "autocast's cast cache", func(_, n string, cpp bool) bool {
+		return cpp && strings.Contains(n, "autocast") && strings.Contains(n, "cached_cast")
+	}},
+	{ctxCommunication, "collective communication", func(p, n string, cpp bool) bool {
+		ln := strings.ToLower(n)
+		if cpp {
+			return strings.Contains(ln, "nccl") || strings.Contains(n, "c10d::") || strings.Contains(n, "ProcessGroup")
+		}
+		return containsAny(p, "torch/distributed/", "/deepspeed/comm/", "/megatron/core/tensor_parallel/mappings.py")
+	}},
+	{ctxGradient, "gradient accumulation into a leaf's .grad", func(_, n string, _ bool) bool {
+		return strings.Contains(n, "AccumulateGrad")
+	}},
+	{ctxBackward, "the backward pass", func(p, n string, cpp bool) bool {
+		if cpp {
+			return strings.Contains(n, "autograd::Engine::") || backwardNodeRe.MatchString(n)
+		}
+		switch {
+		case n == "_engine_run_backward" || n == "_make_grads":
+			return true
+		case n == "backward" && containsAny(p, "torch/autograd/", "torch/_tensor.py"):
+			return true
+		case n == "backward" && containsAny(p, "torch/_functorch/", "/bitsandbytes/", "torch/utils/checkpoint.py"):
+			return true // an autograd.Function's backward
+		}
+		return false
+	}},
+	{ctxKVCache, "a KV cache", func(p, n string, cpp bool) bool {
+		if cpp {
+			return false
+		}
+		ln := strings.ToLower(n)
+		return strings.Contains(p, "/transformers/cache_utils.py") ||
+			(strings.Contains(p, "/vllm/") && (strings.Contains(p, "cache_engine") || strings.Contains(ln, "kv_cache") || strings.Contains(p, "kv_cache"))) ||
+			(strings.Contains(p, "/sglang/") && containsAny(p, "mem_cache", "memory_pool")) ||
+			containsAny(ln, "kv_cache", "past_key_value", "allocate_kv")
+	}},
+	{ctxOptimizer, "the optimizer", func(p, n string, cpp bool) bool {
+		if cpp {
+			return strings.Contains(n, "fused_adam") || strings.Contains(n, "_fused_adamw")
+		}
+		return (strings.Contains(p, "torch/optim/") && !strings.Contains(p, "lr_scheduler")) ||
+			containsAny(p, "/deepspeed/runtime/zero/stage", "/deepspeed/ops/adam", "/apex/optimizers/",
+				"/bitsandbytes/optim/", "/transformers/optimization.py", "/torchao/optim", "/megatron/core/optimizer/")
+	}},
+	{ctxParameter, "building, loading or moving the model", func(p, n string, cpp bool) bool {
+		if cpp {
+			return false
+		}
+		if strings.Contains(p, "torch/nn/modules/module.py") {
+			switch n {
+			case "_apply", "to", "cuda", "convert", "load_state_dict", "_load_from_state_dict", "half", "float",
+				"bfloat16", "double", "type", "to_empty", "register_parameter", "register_buffer":
+				return true
+			}
+			return false
+		}
+		if containsAny(p, "torch/nn/parameter.py", "torch/nn/init.py", "/transformers/modeling_utils.py",
+			"/accelerate/utils/modeling.py", "/accelerate/big_modeling.py", "/safetensors/",
+			"/vllm/model_executor/model_loader", "/deepspeed/runtime/zero/partition_parameters.py") {
+			return n != "forward"
+		}
+		if strings.Contains(p, "torch/nn/modules/") && (n == "__init__" || n == "reset_parameters") {
+			return true
+		}
+		return isParamBuildName(n)
+	}},
+	{ctxForward, "a forward computation", func(p, n string, cpp bool) bool {
+		if cpp {
+			return false
+		}
+		return (strings.Contains(p, "torch/nn/modules/") && n != "__init__") ||
+			containsAny(p, "torch/nn/functional.py", "torch/functional.py", "torch/_functorch/", "torchinductor_",
+				"torch/_dynamo/", "torch/_inductor/", "/bitsandbytes/", "/peft/", "/flash_attn/", "/xformers/",
+				"torch/autograd/function.py", "torch/utils/checkpoint.py") ||
+			strings.HasPrefix(p, "<eval_with_key>")
+	}},
+}
+
+func isParamBuildName(n string) bool {
+	ln := strings.ToLower(n)
+	return containsAny(ln, "from_pretrained", "load_state_dict", "reset_parameters", "init_weight", "load_checkpoint",
+		"load_weights", "load_model")
+}
+
+// transparent frames: wrappers that only pass a call on (module calls, decorators, hooks).
+func transparentFrame(p, n string) bool {
+	switch {
+	case strings.Contains(p, "torch/nn/modules/module.py") && (n == "_call_impl" || n == "_wrapped_call_impl" || n == "__call__"):
+		return true
+	case containsAny(p, "torch/utils/_contextlib.py", "torch/_dynamo/eval_frame.py", "torch/amp/autocast_mode.py",
+		"torch/cuda/amp/autocast_mode.py", "/accelerate/hooks.py", "/accelerate/utils/operations.py",
+		"/transformers/utils/generic.py", "/transformers/modeling_layers.py", "torch/autograd/function.py",
+		"torch/_functorch/", "torch/utils/checkpoint.py", "torch/_compile.py", "torch/_dynamo/external_utils.py"):
+		return true
+	}
+	return false
+}
+
+var backwardNodeRe = regexp.MustCompile(`(autograd::generated::|^)[A-Za-z0-9_]+Backward[0-9]*(::apply|$)`)
+
+// inferenceHint reports a frame that says the process serves or generates (a guess).
+func inferenceHint(p, n string) bool {
+	if containsAny(p, "/transformers/generation/", "/vllm/", "/sglang/", "/flexgen/", "/text_generation_server/",
+		"/diffusers/pipelines/") {
+		return true
+	}
+	ln := strings.ToLower(n)
+	return containsAny(ln, "generate", "infer", "predict", "validat", "evaluat", "sample", "decode_step") ||
+		ln == "eval"
+}
+
+// classify sets at's context, default role and evidence from its frames.
+func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, modelIdx int, noStack bool, caps snapshot.Capabilities) {
+	at.ctx, at.Category = ctxNone, CategoryOther
+	switch {
+	case noStack:
+		at.Evidence = "the file recorded no stack for this memory"
+		return
+	case len(frames) == 0:
+		if caps.PythonOnly || !caps.CppFrames {
+			at.Evidence = "empty stack: recorded with stacks=\"python\", where backward-pass allocations have no frame, or allocated before recording started"
+		} else {
+			at.Evidence = "empty stack in a file that records C++ frames: allocated before memory history recording started"
+		}
+		return
+	}
+	for i, f := range frames {
+		p := normPath(f.Filename)
+		switch {
+		case strings.Contains(p, "torch/utils/_contextlib.py") && f.Name == "decorate_context":
+			at.noGrad = true
+		case strings.Contains(f.Name, "CompiledFunction") || (strings.Contains(p, "torch/_functorch/") && f.Name == "forward"):
+			at.gradFn = true
+		}
+		if at.hint == "" && kinds[i] != kindCpp && kinds[i] != kindRuntime && inferenceHint(p, f.Name) {
+			at.hint = frameString(f)
+		}
+	}
+	inner := frames
+	if modelIdx >= 0 {
+		inner = frames[:modelIdx]
+	}
+	for _, f := range inner {
+		p, cpp := normPath(f.Filename), snapshot.IsCppFrame(f)
+		for _, m := range innerMarkers {
+			if m.test(p, f.Name, cpp) {
+				at.ctx, at.frame = m.ctx, frameString(f)
+				setDefaultRole(at, m.what)
+				return
+			}
+		}
+	}
+	if modelIdx < 0 {
+		at.ctx = ctxUser
+		at.Evidence = "no frame near the allocation identifies the kind of memory"
+		return
+	}
+	// The model/user frames and their callers: forward when a model's forward (or a module
+	// call) is in the chain; an optimizer step when the user's code is called by the optimizer;
+	// model building by name.
+	forward := ""
+	for j := modelIdx; j < len(frames); j++ {
+		f, k := frames[j], kinds[j]
+		p := normPath(f.Filename)
+		switch {
+		case k.isModel():
+			if forward == "" && (f.Name == "forward" || f.Name == "__call__") {
+				forward = frameString(f)
+			}
+			if forward == "" && isParamBuildName(f.Name) {
+				at.ctx, at.frame = ctxParameter, frameString(f)
+				setDefaultRole(at, "building, loading or moving the model")
+				return
+			}
+			continue
+		case k == kindCpp || k == kindRuntime:
+			continue
+		case transparentFrame(p, f.Name):
+			if forward == "" && strings.Contains(p, "torch/nn/modules/module.py") {
+				forward = frameString(frames[j-1])
+			}
+			continue
+		}
+		// The first frame that is neither the user's nor a wrapper: only an optimizer or a
+		// model loader decides here (it called the user's own step or init code).
+		if forward == "" {
+			for _, m := range innerMarkers {
+				if (m.ctx == ctxOptimizer || m.ctx == ctxParameter) && m.test(p, f.Name, false) {
+					at.ctx, at.frame = m.ctx, frameString(f)
+					setDefaultRole(at, m.what)
+					at.Evidence += " (it calls this code)"
+					return
+				}
+			}
+		}
+		break
+	}
+	if forward != "" {
+		at.ctx, at.frame = ctxForward, forward
+		setDefaultRole(at, "a forward computation")
+		return
+	}
+	at.ctx = ctxUser
+	at.Evidence = "your code outside any forward, backward or optimizer frame"
+}
+
+// setDefaultRole gives the role a context has before timing refines it.
+func setDefaultRole(at *Attribution, what string) {
+	switch at.ctx {
+	case ctxWorkspace:
+		at.Category = CategoryWorkspace
+	case ctxAutocast:
+		at.Category = CategoryAutocastCache
+	case ctxCommunication:
+		at.Category = CategoryCommunication
+	case ctxGradient:
+		at.Category = CategoryGradient
+	case ctxBackward:
+		at.Category = CategoryBackwardTemporary
+	case ctxKVCache:
+		at.Category = CategoryKVCache
+	case ctxOptimizer:
+		at.Category = CategoryOptimizerState
+	case ctxParameter:
+		at.Category = CategoryParameter
+	case ctxForward:
+		at.Category = CategoryActivation
+		if at.noGrad {
+			at.Category = CategoryTemporary
+		}
+	default:
+		at.Category = CategoryOther
+	}
+	at.Evidence = "allocated in " + what + " (" + at.frame + ")"
+}

@@ -1,0 +1,629 @@
+package analysis
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// Roles computes role, site and user_site once per (snapshot, attribution options), with the
+// trace context the role needs: which phase (forward, backward, optimizer step) made each
+// allocation, whether it outlived that phase, and where steps begin. Every analysis reads its
+// roles from here, so a block has the same role in every answer.
+type Roles struct {
+	snap   *snapshot.Snapshot
+	a      *Attributor
+	devs   map[int]*deviceRoles
+	params map[devSize]string // a live parameter site per (device, block size)
+}
+
+type devSize struct {
+	dev  int
+	size int64
+}
+
+// phase is what a device was doing at a trace event.
+type phase uint8
+
+const (
+	phaseNone phase = iota
+	phaseForward
+	phaseBackward
+	phaseOptimizer
+)
+
+var phaseNames = [...]string{"", "forward", "backward", "optimizer"}
+
+// lifeStats counts how a stack's allocations ended, relative to the phase run that made them.
+type lifeStats struct {
+	allocs     int
+	sameRun    int // freed before the phase that made it ended
+	inBackward int // freed during a later backward pass (the graph released it)
+	later      int // freed in a later phase that is not a backward pass
+	alive      int // alive at the end of the trace
+	outlivedBw int // made in a backward pass and still alive after it ended
+}
+
+// deviceRoles is the trace context of one device.
+type deviceRoles struct {
+	hasTrace   bool
+	phases     []phase // per event: the phase the device was in
+	stats      map[snapshot.StackID]*lifeStats
+	finalAlloc map[uint64]int   // address of a block alive at the end -> its alloc event
+	preFree    map[uint64]phase // address of a block alive before the trace -> phase of its free
+	allocs     [4]int           // alloc events per phase
+	firstFrame [4]string        // the frame that first put the device in each phase
+	steps      StepInfo
+	workload   string
+	evidence   string
+}
+
+// StepInfo says where a device's steps start.
+type StepInfo struct {
+	// Source: "annotations" (ProfilerStep#N), "phases" (a forward pass after a backward pass or
+	// an optimizer step), "periodicity" (a repeating allocation sequence; only for traces
+	// without frames, a guess) or "none".
+	Source string
+	Starts []int // event index of each step's start
+	Period int   // periodicity only: the period in alloc events
+}
+
+// Workloads reported by summarize.
+const (
+	WorkloadTraining  = "training"
+	WorkloadInference = "inference"
+	WorkloadUnknown   = "unknown"
+)
+
+// NewRoles prepares the role table of snap; a bad attribution option is an error.
+func NewRoles(snap *snapshot.Snapshot, opt AttributionOptions) (*Roles, error) {
+	a, err := NewAttributor(opt)
+	if err != nil {
+		return nil, err
+	}
+	return rolesWith(snap, a), nil
+}
+
+func rolesWith(snap *snapshot.Snapshot, a *Attributor) *Roles {
+	return &Roles{snap: snap, a: a, devs: map[int]*deviceRoles{}}
+}
+
+// Stack is the role of a stack on device dev, refined by how the trace's allocations from it
+// ended.
+func (r *Roles) Stack(dev int, id snapshot.StackID) Attribution {
+	at := r.a.Attribute(r.snap, id)
+	if at.ctx == ctxNone {
+		return at
+	}
+	return r.refine(r.device(dev), at, id)
+}
+
+// Block is the role of a block of the file's final state on device dev.
+func (r *Roles) Block(dev int, b snapshot.Block) Attribution {
+	at, _ := r.BlockInfo(dev, b)
+	return at
+}
+
+// BlockInfo is Block plus the trace event that allocated the block (-1: none in the trace).
+func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
+	d := r.device(dev)
+	idx := -1
+	if i, ok := d.finalAlloc[b.Address]; ok && b.State != snapshot.StateInactive {
+		idx = i
+	}
+	at := r.a.Attribute(r.snap, b.Stack)
+	if at.ctx == ctxNone {
+		return r.frameless(dev, d, at, b.Address, b.Size, idx, b.State != snapshot.StateInactive), idx
+	}
+	if ws, ok := r.pythonOnlyWorkspace(at, b.Size); ok {
+		return ws, idx
+	}
+	at = r.refine(d, at, b.Stack)
+	if at.ctx == ctxBackward && at.Category == CategoryBackwardTemporary && b.State == snapshot.StateActiveAllocated {
+		at.Category = CategoryGradient
+		at.Evidence += "; guess: made in the backward pass and still alive when the snapshot was taken (after backward returned): a gradient handed to a leaf's .grad without a copy"
+	}
+	return at, idx
+}
+
+// pythonOnlyWorkspace: with stacks="python" the cuBLAS workspace shows only the Python frame of
+// the first matmul that needed it; its exact size gives it away (a guess).
+func (r *Roles) pythonOnlyWorkspace(at Attribution, size int64) (Attribution, bool) {
+	if size != cublasWorkspaceBytes || r.snap.Caps.CppFrames || (at.ctx != ctxForward && at.ctx != ctxUser) {
+		return at, false
+	}
+	at.Category = CategoryWorkspace
+	at.Evidence = "guess: 8,519,680 B is exactly one default cuBLAS workspace (one per handle: thread and stream, kept for the life of the process), made by the first matmul here (" + at.Site + "); with stacks=\"python\" the C++ frames that would show it are not recorded"
+	return at, true
+}
+
+// Live is the role of a block alive during a replay: allocated at trace event allocIdx (-1:
+// before the trace) from stack, at address addr.
+func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, allocIdx int) Attribution {
+	d := r.device(dev)
+	if allocIdx < 0 && stack == snapshot.NoStack {
+		at := Attribution{SiteIdentity: SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone}, Category: CategoryOther}
+		return r.frameless(dev, d, at, addr, size, -1, false)
+	}
+	at := r.a.Attribute(r.snap, stack)
+	if at.ctx == ctxNone {
+		return r.frameless(dev, d, at, addr, size, allocIdx, false)
+	}
+	if ws, ok := r.pythonOnlyWorkspace(at, size); ok {
+		return ws
+	}
+	return r.refine(d, at, stack)
+}
+
+// Steps returns where device dev's steps start.
+func (r *Roles) Steps(dev int) StepInfo { return r.device(dev).steps }
+
+// Workload says whether device dev trains or serves, with the evidence.
+func (r *Roles) Workload(dev int) (string, string) {
+	d := r.device(dev)
+	return d.workload, d.evidence
+}
+
+// PhaseAt is the phase name of trace event i of device dev ("" when unknown).
+func (r *Roles) PhaseAt(dev, i int) string {
+	d := r.device(dev)
+	if i < 0 || i >= len(d.phases) {
+		return ""
+	}
+	return phaseNames[d.phases[i]]
+}
+
+// HasBackward reports whether device dev's trace or live blocks show a backward pass.
+func (r *Roles) HasBackward(dev int) bool {
+	d := r.device(dev)
+	return d.allocs[phaseBackward] > 0
+}
+
+func phaseOfCtx(c stackContext) phase {
+	switch c {
+	case ctxForward, ctxAutocast:
+		return phaseForward
+	case ctxBackward, ctxGradient:
+		return phaseBackward
+	case ctxOptimizer:
+		return phaseOptimizer
+	}
+	return phaseNone
+}
+
+// optimizerWindows are the [start, end] times of Optimizer.step annotations on dev.
+func optimizerWindows(snap *snapshot.Snapshot, dev int) [][2]int64 {
+	var out [][2]int64
+	open := map[string]int64{}
+	for _, an := range snap.Annotations {
+		if an.Device != dev && an.Device >= 0 {
+			continue
+		}
+		if !strings.HasPrefix(an.Name, "Optimizer.step#") && !strings.HasPrefix(an.Name, "Optimizer.zero_grad#") {
+			continue
+		}
+		switch an.Stage {
+		case "START":
+			open[an.Name] = an.TimeUS
+		case "END":
+			if t, ok := open[an.Name]; ok {
+				out = append(out, [2]int64{t, an.TimeUS})
+				delete(open, an.Name)
+			}
+		}
+	}
+	return out
+}
+
+// device computes (once) the trace context of dev.
+func (r *Roles) device(dev int) *deviceRoles {
+	if d := r.devs[dev]; d != nil {
+		return d
+	}
+	d := &deviceRoles{stats: map[snapshot.StackID]*lifeStats{}, finalAlloc: map[uint64]int{}, preFree: map[uint64]phase{}}
+	r.devs[dev] = d
+	var evs []snapshot.Event
+	if dev >= 0 && dev < len(r.snap.DeviceTraces) {
+		evs = r.snap.DeviceTraces[dev]
+	}
+	for _, ev := range evs {
+		if ev.Action != snapshot.ActionSnapshot {
+			d.hasTrace = true
+			break
+		}
+	}
+	if d.hasTrace {
+		r.tracePass(dev, d, evs)
+	}
+	d.steps = r.findSteps(dev, d, evs)
+	d.workload, d.evidence = r.workload(dev, d)
+	return d
+}
+
+// tracePass gives every event its phase and counts how each stack's allocations ended.
+func (r *Roles) tracePass(dev int, d *deviceRoles, evs []snapshot.Event) {
+	d.phases = make([]phase, len(evs))
+	windows := optimizerWindows(r.snap, dev)
+	inWindow := func(t int64) bool {
+		for _, w := range windows {
+			if t >= w[0] && t <= w[1] {
+				return true
+			}
+		}
+		return false
+	}
+	type liveRec struct {
+		stack snapshot.StackID
+		run   int32
+		ph    phase
+		idx   int32
+		freed bool
+	}
+	live := make(map[uint64]liveRec, 1024)
+	ctxs := map[snapshot.StackID]stackContext{}
+	cur, run := phaseNone, int32(0)
+	pythonOnly := r.snap.Caps.PythonOnly
+	for i, ev := range evs {
+		switch ev.Action {
+		case snapshot.ActionAlloc:
+			c, ok := ctxs[ev.Stack]
+			if !ok {
+				at := r.a.Attribute(r.snap, ev.Stack)
+				c = at.ctx
+				ctxs[ev.Stack] = c
+				if p := phaseOfCtx(c); p != phaseNone && d.firstFrame[p] == "" {
+					d.firstFrame[p] = at.frame
+				}
+			}
+			p := phaseOfCtx(c)
+			if pythonOnly && c == ctxNone && ev.Stack == snapshot.EmptyStack {
+				// stacks="python": only the autograd engine's threads allocate without a Python frame
+				p = phaseBackward
+				if d.firstFrame[p] == "" {
+					d.firstFrame[p] = "allocations without Python frames, which stacks=\"python\" records for the autograd engine"
+				}
+			}
+			if ev.TimeUS > 0 && len(windows) > 0 && inWindow(ev.TimeUS) {
+				p = phaseOptimizer
+				if d.firstFrame[p] == "" {
+					d.firstFrame[p] = "the Optimizer.step annotation"
+				}
+			}
+			if p != phaseNone && p != cur {
+				cur = p
+				run++
+			}
+			d.phases[i] = cur
+			d.allocs[cur]++
+			s := d.stats[ev.Stack]
+			if s == nil {
+				s = &lifeStats{}
+				d.stats[ev.Stack] = s
+			}
+			s.allocs++
+			live[ev.Addr] = liveRec{stack: ev.Stack, run: run, ph: cur, idx: int32(i)}
+		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+			d.phases[i] = cur
+			b, ok := live[ev.Addr]
+			if !ok {
+				if _, seen := d.preFree[ev.Addr]; !seen {
+					d.preFree[ev.Addr] = cur
+				}
+				continue
+			}
+			if !b.freed {
+				s := d.stats[b.stack]
+				switch {
+				case b.run == run:
+					s.sameRun++
+				case cur == phaseBackward:
+					s.inBackward++
+				default:
+					s.later++
+				}
+				if b.ph == phaseBackward && b.run != run {
+					s.outlivedBw++
+				}
+				b.freed = true
+				live[ev.Addr] = b
+			}
+			if ev.Action == snapshot.ActionFreeCompleted {
+				delete(live, ev.Addr)
+			}
+		default:
+			d.phases[i] = cur
+		}
+	}
+	for addr, b := range live {
+		if b.freed {
+			continue
+		}
+		s := d.stats[b.stack]
+		s.alive++
+		if b.ph == phaseBackward && b.run != run {
+			s.outlivedBw++
+		}
+		d.finalAlloc[addr] = int(b.idx)
+	}
+}
+
+// findSteps: annotations first, then phase transitions; periodicity only when the trace has no
+// frames to tell phases apart.
+func (r *Roles) findSteps(dev int, d *deviceRoles, evs []snapshot.Event) StepInfo {
+	if starts, n := annotationStarts(r.snap, dev, evs); n > 0 {
+		return StepInfo{Source: IterationsFromAnnotations, Starts: starts}
+	}
+	if !d.hasTrace {
+		return StepInfo{Source: IterationsNone, Starts: []int{}}
+	}
+	if d.allocs[phaseForward]+d.allocs[phaseBackward]+d.allocs[phaseOptimizer] > 0 {
+		if d.allocs[phaseBackward]+d.allocs[phaseOptimizer] == 0 {
+			return StepInfo{Source: IterationsNone, Starts: []int{}}
+		}
+		var starts []int
+		prev, sinceStart := phaseNone, false // sinceStart: a backward/optimizer run since the last start
+		for i, p := range d.phases {
+			if evs[i].Action != snapshot.ActionAlloc {
+				continue
+			}
+			if p == phaseForward && prev != phaseForward && (len(starts) == 0 || sinceStart) {
+				starts = append(starts, i)
+				sinceStart = false
+			}
+			if p == phaseBackward || p == phaseOptimizer {
+				sinceStart = true
+			}
+			prev = p
+		}
+		return StepInfo{Source: IterationsFromPhases, Starts: emptyIfNil(starts)}
+	}
+	// No frames at all: the trace's own repetition is the only clue (a guess).
+	var allocs []allocRec
+	var level int64
+	for i, ev := range evs {
+		if ev.Action == snapshot.ActionAlloc {
+			allocs = append(allocs, allocRec{idx: i, key: allocKey(ev), level: level})
+			level += ev.Size
+		} else if ev.Action == snapshot.ActionFreeCompleted {
+			level -= ev.Size
+		}
+	}
+	if pr, ok := detectPeriod(allocs); ok {
+		starts := make([]int, len(pr.starts))
+		for k, b := range pr.starts {
+			starts[k] = allocs[b].idx
+		}
+		return StepInfo{Source: IterationsFromPeriodicity, Starts: starts, Period: pr.period}
+	}
+	return StepInfo{Source: IterationsNone, Starts: []int{}}
+}
+
+// workload decides training vs inference for dev from the trace's phases and the live blocks.
+func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
+	var fwd, fwdNoGrad, fwdGradFn, kv int
+	hint, bwFrame, optFrame, gradFnFrame := "", "", "", ""
+	bw, opt := d.allocs[phaseBackward], d.allocs[phaseOptimizer]
+	bwFrame, optFrame = d.firstFrame[phaseBackward], d.firstFrame[phaseOptimizer]
+	look := func(id snapshot.StackID, n int) {
+		at := r.a.Attribute(r.snap, id)
+		switch at.ctx {
+		case ctxForward, ctxAutocast:
+			fwd += n
+			if at.noGrad {
+				fwdNoGrad += n
+			}
+			if at.gradFn {
+				fwdGradFn += n
+				if gradFnFrame == "" {
+					gradFnFrame = at.frame
+				}
+			}
+		case ctxBackward, ctxGradient:
+			if !d.hasTrace {
+				bw += n
+				if bwFrame == "" {
+					bwFrame = at.frame
+				}
+			}
+		case ctxOptimizer:
+			if !d.hasTrace {
+				opt += n
+				if optFrame == "" {
+					optFrame = at.frame
+				}
+			}
+		case ctxKVCache:
+			kv += n
+		}
+		if hint == "" && at.hint != "" {
+			hint = at.hint
+		}
+	}
+	for id, s := range d.stats {
+		look(id, s.allocs)
+	}
+	for si := range r.snap.Segments {
+		s := &r.snap.Segments[si]
+		if s.Device != dev {
+			continue
+		}
+		for _, b := range s.Blocks {
+			if b.State == snapshot.StateActiveAllocated && b.Stack > snapshot.EmptyStack {
+				look(b.Stack, 1)
+			}
+		}
+	}
+	switch {
+	case bw > 0 || opt > 0:
+		var parts []string
+		if bw > 0 {
+			parts = append(parts, fmt.Sprintf("%d allocations in a backward pass (%s)", bw, bwFrame))
+		}
+		if opt > 0 {
+			parts = append(parts, fmt.Sprintf("%d in an optimizer step (%s)", opt, optFrame))
+		}
+		return WorkloadTraining, strings.Join(parts, "; ")
+	case kv > 0:
+		return WorkloadInference, fmt.Sprintf("a KV cache and no backward pass or optimizer step (%d KV-cache allocations)", kv)
+	case fwd > 0 && fwdNoGrad*2 > fwd:
+		return WorkloadInference, fmt.Sprintf("%d of %d forward allocations run under a no_grad/inference_mode decorator (torch/utils/_contextlib.py decorate_context); no backward pass or optimizer step", fwdNoGrad, fwd)
+	case fwdGradFn > 0 && d.hasTrace:
+		return WorkloadTraining, fmt.Sprintf("guess: the forward runs with grad enabled through an autograd.Function (%s), which saves activations for a backward; this trace holds no backward pass (the forward half of a step)", gradFnFrame)
+	case hint != "":
+		return WorkloadInference, fmt.Sprintf("guess: no backward pass or optimizer step, and %s reads as inference (generation, sampling, evaluation)", hint)
+	case fwd > 0 && d.hasTrace:
+		return WorkloadUnknown, fmt.Sprintf("the trace holds %d forward allocations with grad enabled and no backward pass or optimizer step: an inference pass without no_grad, or a training step cut short (an OOM in the forward pass looks the same)", fwd)
+	case fwd > 0:
+		return WorkloadUnknown, "forward allocations and no backward or optimizer frames, but a state-only file cannot show whether a backward pass follows"
+	}
+	return WorkloadUnknown, "no frame shows a forward pass, a backward pass or an optimizer step"
+}
+
+func (r *Roles) paramSizes() map[devSize]string {
+	if r.params != nil {
+		return r.params
+	}
+	r.params = map[devSize]string{}
+	for si := range r.snap.Segments {
+		s := &r.snap.Segments[si]
+		for _, b := range s.Blocks {
+			if b.State != snapshot.StateActiveAllocated || b.Stack <= snapshot.EmptyStack {
+				continue
+			}
+			if at := r.a.Attribute(r.snap, b.Stack); at.ctx == ctxParameter {
+				k := devSize{s.Device, b.Size}
+				if _, ok := r.params[k]; !ok {
+					r.params[k] = at.Site
+				}
+			}
+		}
+	}
+	return r.params
+}
+
+func majority(n, of int) bool { return of > 0 && 2*n > of }
+
+// refine settles the roles that depend on timing, from how the trace's allocations of the stack
+// ended.
+func (r *Roles) refine(d *deviceRoles, at Attribution, id snapshot.StackID) Attribution {
+	s := d.stats[id]
+	training := d.allocs[phaseBackward] > 0
+	switch at.ctx {
+	case ctxForward:
+		switch {
+		case s == nil || !d.hasTrace:
+			if at.Category == CategoryActivation {
+				at.Evidence += "; guess: grad is enabled here (no no_grad frame), so a forward output still alive is most likely saved for backward"
+			} else {
+				at.Evidence += "; grad is disabled (no_grad/inference_mode decorator): nothing is saved for backward"
+			}
+		case majority(s.sameRun, s.allocs):
+			at.Category = CategoryTemporary
+			at.Evidence += fmt.Sprintf("; %d of %d allocations were freed before that forward pass ended", s.sameRun, s.allocs)
+		case training:
+			at.Category = CategoryActivation
+			at.Evidence += fmt.Sprintf("; %d of %d allocations outlived the forward pass (%d freed by the backward pass, %d still alive): saved for backward", s.allocs-s.sameRun, s.allocs, s.inBackward, s.alive)
+		case at.noGrad || d.workload == WorkloadInference:
+			at.Category = CategoryTemporary
+			at.Evidence += "; an inference pass (no backward): a forward output still referenced by the caller, not saved for backward"
+		case at.gradFn:
+			at.Category = CategoryActivation
+			at.Evidence += "; it outlives the forward pass, which runs with grad enabled through an autograd.Function: saved for the backward pass (not in this trace)"
+		default:
+			at.Category = CategoryActivation
+			at.Evidence += "; guess: it outlives the forward pass and grad is enabled here (no no_grad frame), so it is most likely saved for a backward pass the trace does not reach"
+		}
+	case ctxUser:
+		if s != nil && training {
+			switch {
+			case majority(s.inBackward, s.allocs):
+				at.Category = CategoryActivation
+				at.Evidence = fmt.Sprintf("your code, and %d of %d allocations were freed by the backward pass: saved for backward", s.inBackward, s.allocs)
+			case majority(s.sameRun, s.allocs):
+				at.Category = CategoryTemporary
+				at.Evidence = fmt.Sprintf("your code; %d of %d allocations were freed before the phase that made them ended", s.sameRun, s.allocs)
+			}
+		}
+	case ctxOptimizer:
+		if s != nil && d.hasTrace && majority(s.sameRun, s.allocs) {
+			at.Category = CategoryTemporary
+			at.Evidence += fmt.Sprintf("; %d of %d allocations were freed within the optimizer step: step temporaries, not state", s.sameRun, s.allocs)
+		}
+	case ctxBackward:
+		if s != nil && d.hasTrace && majority(s.outlivedBw, s.allocs) {
+			at.Category = CategoryGradient
+			at.Evidence += fmt.Sprintf("; guess: %d of %d allocations outlived the backward pass that made them: a gradient handed to a leaf's .grad without a copy", s.outlivedBw, s.allocs)
+		}
+	}
+	return at
+}
+
+// frameless decides the role of memory without frames, from its size and timing; the evidence
+// says it is a guess.
+func (r *Roles) frameless(dev int, d *deviceRoles, at Attribution, addr uint64, size int64, allocIdx int, aliveAtEnd bool) Attribution {
+	caps := r.snap.Caps
+	if size == cublasWorkspaceBytes {
+		at.Category = CategoryWorkspace
+		at.Evidence = "guess: no frames, and 8,519,680 B is exactly one default cuBLAS workspace (one per handle: thread and stream, kept for the life of the process)"
+		return at
+	}
+	if !caps.FramesOnBlocks && !caps.FramesOnAllocs {
+		at.Category = CategoryOther
+		at.Evidence = "the file recorded no stacks (history off, or recorded without context): the owner is unknown"
+		return at
+	}
+	paramSite, paramSized := r.paramSizes()[devSize{dev, size}]
+	switch {
+	case allocIdx >= 0 && allocIdx < len(d.phases) && d.phases[allocIdx] == phaseBackward:
+		at.Category = CategoryBackwardTemporary
+		at.Evidence = "guess: no frames (stacks=\"python\" records none for the autograd engine) and allocated during the backward pass"
+		if aliveAtEnd && paramSized {
+			at.Category = CategoryGradient
+			at.Evidence += fmt.Sprintf(", still alive, with the size of a parameter (%s): most likely that parameter's gradient", paramSite)
+		}
+	case allocIdx >= 0:
+		at.Category = CategoryOther
+		at.Evidence = "allocated in the trace without frames"
+		if allocIdx < len(d.phases) && d.phases[allocIdx] != phaseNone {
+			at.Evidence += " during the " + phaseNames[d.phases[allocIdx]] + " phase"
+		}
+	case d.hasTrace && !aliveAtEnd && d.preFree[addr] == phaseOptimizer:
+		at.Category = CategoryOptimizerState
+		at.Evidence = "guess: allocated before the trace and freed during the optimizer step: the previous step's optimizer state being replaced"
+	case d.hasTrace && !aliveAtEnd && d.preFree[addr] != phaseNone:
+		at.Category = CategoryOther
+		at.Evidence = "allocated before the trace and freed during its " + phaseNames[d.preFree[addr]] + " phase (often the previous step's output or loss)"
+	case d.hasTrace && !aliveAtEnd:
+		at.Category = CategoryOther
+		at.Evidence = "allocated before the trace and freed during it"
+	case d.workload == WorkloadTraining && paramSized && caps.PythonOnly && !d.hasTrace:
+		at.Category = CategoryGradient
+		at.Evidence = fmt.Sprintf("guess: no frames (stacks=\"python\" records none for the autograd engine), alive, with the size of a parameter (%s): most likely that parameter's gradient", paramSite)
+	default:
+		at.Category = CategoryParameter
+		at.Evidence = "guess: no frames because it was allocated before recording started, and it is still alive: memory that lives that long is mostly the model's weights and buffers (persistent gradients or optimizer state look the same)"
+	}
+	return at
+}
+
+// stepOf returns the 0-based step of event i (-1 before the first step).
+func stepOf(starts []int, i int) int {
+	return sort.SearchInts(starts, i+1) - 1
+}
+
+// stepsSpanned counts the distinct steps of the given alloc events.
+func stepsSpanned(starts []int, idxs []int) int {
+	if len(starts) == 0 {
+		return 0
+	}
+	seen := []int{}
+	for _, i := range idxs {
+		if s := stepOf(starts, i); s >= 0 && !slices.Contains(seen, s) {
+			seen = append(seen, s)
+		}
+	}
+	return len(seen)
+}
