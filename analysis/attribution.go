@@ -164,7 +164,8 @@ var runtimeMarkers = []string{"runpy.py", "threading.py", "<frozen", "importlib"
 // modelLibMarkers are library paths that define models: they can be the site (never the
 // user_site).
 var modelLibMarkers = []string{"/transformers/models/", "/diffusers/models/", "/timm/models/",
-	"/torchvision/models/", "/peft/tuners/", "/open_clip/", "/ultralytics/nn/"}
+	"/torchvision/models/", "/peft/tuners/", "/open_clip/", "/ultralytics/nn/", "/vllm/model_executor/models/",
+	"/sglang/srt/models/", "/megatron/core/models/", "/megatron/core/transformer/"}
 
 func isTorchPath(p string) bool {
 	return strings.HasPrefix(p, "torch/") || strings.Contains(p, "/torch/") ||
@@ -189,6 +190,9 @@ func isStdlibPath(p string) bool {
 // isModelLibPath: a library file that defines a model. transformers' own plumbing
 // (modeling_utils.py, modeling_layers.py, modeling_outputs.py …, directly in the package) is not.
 func isModelLibPath(p string) bool {
+	if strings.Contains(p, "/transformers/models/auto/") {
+		return false // AutoModel factories load models; they define none
+	}
 	for _, m := range modelLibMarkers {
 		if strings.Contains(p, m) {
 			return true

@@ -63,9 +63,17 @@ var innerMarkers = []marker{
 		if cpp {
 			return strings.Contains(ln, "nccl") || strings.Contains(n, "c10d::") || strings.Contains(n, "ProcessGroup")
 		}
-		return containsAny(p, "torch/distributed/", "/deepspeed/comm/", "/megatron/core/tensor_parallel/mappings.py")
+		if strings.Contains(p, "/deepspeed/runtime/zero/") {
+			// ZeRO's gradient buckets (IPG buffers) exist to be reduced
+			return containsAny(ln, "ipg", "reduce", "bucket", "allreduce") || n == "backward"
+		}
+		return containsAny(p, "torch/distributed/", "/deepspeed/comm/", "/megatron/core/tensor_parallel/mappings.py",
+			"/megatron/core/distributed/")
 	}},
-	{ctxGradient, "gradient accumulation into a leaf's .grad", func(_, n string, _ bool) bool {
+	{ctxGradient, "gradient accumulation into a leaf's .grad", func(p, n string, _ bool) bool {
+		if strings.Contains(p, "/deepspeed/runtime/zero/") {
+			return strings.Contains(strings.ToLower(n), "grad") // ZeRO's gradient partitions
+		}
 		return strings.Contains(n, "AccumulateGrad")
 	}},
 	{ctxBackward, "the backward pass", func(p, n string, cpp bool) bool {
@@ -77,8 +85,10 @@ var innerMarkers = []marker{
 			return true
 		case n == "backward" && containsAny(p, "torch/autograd/", "torch/_tensor.py"):
 			return true
-		case n == "backward" && containsAny(p, "torch/_functorch/", "/bitsandbytes/", "torch/utils/checkpoint.py"):
+		case n == "backward" && containsAny(p, "/bitsandbytes/", "torch/utils/checkpoint.py", "torch/autograd/function.py"):
 			return true // an autograd.Function's backward
+		case strings.Contains(p, "torch/_functorch/") && strings.Contains(strings.ToLower(n), "backward"):
+			return true // AOTAutograd's compiled backward
 		}
 		return false
 	}},
@@ -127,11 +137,17 @@ var innerMarkers = []marker{
 			return false
 		}
 		return (strings.Contains(p, "torch/nn/modules/") && n != "__init__") ||
-			containsAny(p, "torch/nn/functional.py", "torch/functional.py", "torch/_functorch/", "torchinductor_",
-				"torch/_dynamo/", "torch/_inductor/", "/bitsandbytes/", "/peft/", "/flash_attn/", "/xformers/",
-				"torch/autograd/function.py", "torch/utils/checkpoint.py") ||
-			strings.HasPrefix(p, "<eval_with_key>")
+			containsAny(p, "torch/nn/functional.py", "torch/functional.py", "/bitsandbytes/", "/peft/", "/flash_attn/",
+				"/xformers/", "torch/utils/checkpoint.py")
 	}},
+}
+
+// compiledFrame: generated or compiler frames (inductor's call, AOTAutograd, dynamo, FX
+// GraphModules) run forward and backward graphs alike: they say "forward" only when no frame
+// nearer the model says otherwise.
+func compiledFrame(p string) bool {
+	return containsAny(p, "torchinductor_", "torch/_functorch/", "torch/_dynamo/", "torch/_inductor/",
+		"torch/autograd/function.py") || strings.HasPrefix(p, "<eval_with_key>")
 }
 
 func isParamBuildName(n string) bool {
@@ -198,15 +214,58 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 	if modelIdx >= 0 {
 		inner = frames[:modelIdx]
 	}
-	for _, f := range inner {
+	// Strong markers first, innermost first, up to the first module forward: a library
+	// kernel (bitsandbytes' dequantize, a functional op) runs in forward and backward alike, so
+	// an autograd.Function's backward outside it decides. Forward markers decide only when no
+	// strong marker is that near.
+	compiled, weak := "", -1
+	strong := innerMarkers[:len(innerMarkers)-1]
+	forwardMarker := innerMarkers[len(innerMarkers)-1]
+	for i, f := range inner {
 		p, cpp := normPath(f.Filename), snapshot.IsCppFrame(f)
-		for _, m := range innerMarkers {
+		if !cpp && strings.Contains(p, "torch/nn/modules/") && f.Name == "forward" {
+			if weak < 0 {
+				weak = i
+			}
+			break
+		}
+		for _, m := range strong {
 			if m.test(p, f.Name, cpp) {
 				at.ctx, at.frame = m.ctx, frameString(f)
 				setDefaultRole(at, m.what)
 				return
 			}
 		}
+		if weak < 0 && forwardMarker.test(p, f.Name, cpp) {
+			weak = i
+		}
+		if compiled == "" && !cpp && compiledFrame(p) {
+			compiled = frameString(f)
+		}
+	}
+	if weak >= 0 {
+		at.ctx, at.frame = ctxForward, frameString(inner[weak])
+		setDefaultRole(at, forwardMarker.what)
+		return
+	}
+	if compiled != "" {
+		// Inductor's generated code sits under copies of the model frames it was compiled from,
+		// in the forward and the backward graph alike: a backward graph is run by AOTAutograd's
+		// backward on the autograd engine's thread, with no user frame outside it.
+		if modelIdx >= 0 {
+			for j := len(frames) - 1; j > modelIdx && !kinds[j].isModel(); j-- {
+				f := frames[j]
+				p, cpp := normPath(f.Filename), snapshot.IsCppFrame(f)
+				if m := innerMarkers[4]; m.ctx == ctxBackward && !cpp && m.test(p, f.Name, cpp) {
+					at.ctx, at.frame = m.ctx, frameString(f)
+					setDefaultRole(at, m.what+" (a compiled graph)")
+					return
+				}
+			}
+		}
+		at.ctx, at.frame = ctxForward, compiled
+		setDefaultRole(at, "a compiled forward graph")
+		return
 	}
 	if modelIdx < 0 {
 		at.ctx = ctxUser
@@ -225,7 +284,7 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 			if forward == "" && (f.Name == "forward" || f.Name == "__call__") {
 				forward = frameString(f)
 			}
-			if forward == "" && isParamBuildName(f.Name) {
+			if forward == "" && (isParamBuildName(f.Name) || (j == modelIdx && f.Name == "__init__")) {
 				at.ctx, at.frame = ctxParameter, frameString(f)
 				setDefaultRole(at, "building, loading or moving the model")
 				return

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,7 +22,18 @@ const (
 	PatternGrowingContainer  = "growing_container"
 	PatternOptimizerFirstStp = "optimizer_state_first_step"
 	PatternNoGrowth          = "no_growth"
+	// PatternUnexplainedGrowth: one run, live memory grew materially, and no site pattern explains it.
+	PatternUnexplainedGrowth = "unexplained_growth"
+	// PatternNotComparable: the files are not (or not known to be) two points of one run, so
+	// their difference cannot show growth.
+	PatternNotComparable = "not_comparable"
 )
+
+// materialGrowth is the growth from which "no growth" would mislead.
+const materialGrowth = 1 << 20
+
+// peakSitesLimit bounds peak_sites_before / peak_sites_after.
+const peakSitesLimit = 5
 
 // DiffSite is one site's live memory in both snapshots.
 type DiffSite struct {
@@ -38,36 +50,60 @@ type DiffSite struct {
 	minAfter     int64  // the smallest live block after: a per-step scalar (the loss) is the smallest
 }
 
+// DiffRole is the live memory of one role in both snapshots.
+type DiffRole struct {
+	Category    string `json:"category"`
+	BytesBefore int64  `json:"bytes_before"`
+	BytesAfter  int64  `json:"bytes_after"`
+	DeltaBytes  int64  `json:"delta_bytes"`
+}
+
 // DiffPattern is a recognised growth pattern with its evidence and the concrete fix.
 type DiffPattern struct {
 	Name     string `json:"name"`
 	Site     string `json:"site"`
+	UserSite string `json:"user_site"`
 	Evidence string `json:"evidence"`
 	Fix      string `json:"fix"`
 }
 
-// DiffResult compares the live (allocated) memory of two snapshots of the same run by site.
+// DiffResult compares the live (allocated) memory of two snapshots by site and role; growth
+// patterns only when the two are points of one run.
 type DiffResult struct {
-	BeforePath  string        `json:"before_path"`
-	AfterPath   string        `json:"after_path"`
-	BytesBefore int64         `json:"bytes_before"`
-	BytesAfter  int64         `json:"bytes_after"`
-	DeltaBytes  int64         `json:"delta_bytes"`
-	Sites       []DiffSite    `json:"sites"`
-	TotalSites  int           `json:"total_sites"` // sites before the limit
-	Patterns    []DiffPattern `json:"patterns"`
-	Notes       []string      `json:"notes"`
+	BeforePath string `json:"before_path"`
+	AfterPath  string `json:"after_path"`
+	// SameRun: true when the files are two points of one process, false when they are not,
+	// null when the files cannot tell; SameRunEvidence names the facts.
+	SameRun         *bool  `json:"same_run"`
+	SameRunEvidence string `json:"same_run_evidence"`
+	// Swapped: the files were given later first; before/after now read in time order.
+	Swapped     bool  `json:"swapped"`
+	BytesBefore int64 `json:"bytes_before"`
+	BytesAfter  int64 `json:"bytes_after"`
+	DeltaBytes  int64 `json:"delta_bytes"`
+	// Peaks from replaying each file's trace (null without one), and the sites live at each.
+	PeakBeforeBytes *int64        `json:"peak_before_bytes"`
+	PeakAfterBytes  *int64        `json:"peak_after_bytes"`
+	PeakSitesBefore []SiteBytes   `json:"peak_sites_before"`
+	PeakSitesAfter  []SiteBytes   `json:"peak_sites_after"`
+	Roles           []DiffRole    `json:"roles"`
+	Sites           []DiffSite    `json:"sites"`
+	TotalSites      int           `json:"total_sites"` // sites before the limit
+	Patterns        []DiffPattern `json:"patterns"`
+	Notes           []string      `json:"notes"`
+	runReasons      string        // the same-run facts without the verdict, for not_comparable
 }
 
 type diffKey struct {
 	file, fn string
 	line     int64
 	site     string
-	category string // only for empty stacks (see gradGuesser)
+	category string
 }
 
-// Diff matches allocated memory of before and after by site (file, function, line: immune to
-// address reuse), sorts by growth and recognises leak patterns.
+// Diff first decides whether before and after are two points of one run (and puts them in time
+// order), then matches their allocated memory by site (file, function, line: immune to address
+// reuse) and by role, compares the traces' peaks, and, for one run only, recognises leak patterns.
 func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error) {
 	if before == nil || after == nil {
 		return nil, fmt.Errorf("diff: need two snapshots")
@@ -79,18 +115,41 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	if err != nil {
 		return nil, fmt.Errorf("diff: %w", err)
 	}
-	r := &DiffResult{BeforePath: before.Path, AfterPath: after.Path, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}}
+	rb, ra := rolesWith(before, a), rolesWith(after, a)
+	run := checkSameRun(before, after, rb, ra)
+	if run.swapped {
+		before, after, rb, ra = after, before, ra, rb
+	}
+	r := &DiffResult{BeforePath: before.Path, AfterPath: after.Path, SameRun: run.same, SameRunEvidence: run.evidence,
+		Swapped: run.swapped, runReasons: run.reasons, PeakSitesBefore: []SiteBytes{}, PeakSitesAfter: []SiteBytes{},
+		Roles: []DiffRole{}, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}}
+	all := diffSites(before, after, rb, ra, opt.Device, r)
+	r.Roles = diffRoles(all)
+	if err := diffPeaks(before, after, opt, r); err != nil {
+		return nil, fmt.Errorf("diff: %w", err)
+	}
+	r.Patterns = diffPatterns(all, r)
+	r.TotalSites = len(all)
+	r.Sites = all
+	if len(r.Sites) > opt.Limit {
+		r.Sites = r.Sites[:opt.Limit]
+	}
+	r.Notes = diffNotes(before, after, r)
+	return r, nil
+}
+
+// diffSites groups the allocated blocks of both files by (site, role), sorted by growth.
+func diffSites(before, after *snapshot.Snapshot, rb, ra *Roles, device int, r *DiffResult) []DiffSite {
 	m := map[diffKey]*DiffSite{}
 	type kindSizes struct {
 		sizes    [2]sizeHist // before, after
 		allOther bool
 	}
 	ks := map[diffKey]*kindSizes{}
-	add := func(snap *snapshot.Snapshot, isAfter bool) {
-		roles := rolesWith(snap, a)
+	add := func(snap *snapshot.Snapshot, roles *Roles, isAfter bool) {
 		for si := range snap.Segments {
 			seg := &snap.Segments[si]
-			if opt.Device >= 0 && seg.Device != opt.Device {
+			if device >= 0 && seg.Device != device {
 				continue
 			}
 			for _, b := range seg.Blocks {
@@ -98,8 +157,8 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 					continue
 				}
 				at := roles.Block(seg.Device, b)
-				k := diffKey{at.File, at.Function, at.Line, at.Site, ""}
-				k.category = at.Category // one row per role: a site can hold activations and a workspace
+				// One row per role: a site can hold activations and a workspace.
+				k := diffKey{at.File, at.Function, at.Line, at.Site, at.Category}
 				d := m[k]
 				if d == nil {
 					d = &DiffSite{SiteIdentity: at.SiteIdentity, Category: at.Category}
@@ -110,18 +169,14 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 				x.allOther = x.allOther && at.Category == CategoryOther
 				if isAfter {
 					x.sizes[1].add(b.Size)
-				} else {
-					x.sizes[0].add(b.Size)
-				}
-				if isAfter {
 					if d.minAfter == 0 || b.Size < d.minAfter {
 						d.minAfter = b.Size
 					}
 					d.BytesAfter += b.Size
 					d.BlocksAfter++
-					d.Category = at.Category
 					r.BytesAfter += b.Size
 				} else {
+					x.sizes[0].add(b.Size)
 					d.BytesBefore += b.Size
 					d.BlocksBefore++
 					r.BytesBefore += b.Size
@@ -129,8 +184,8 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 			}
 		}
 	}
-	add(before, false)
-	add(after, true)
+	add(before, rb, false)
+	add(after, ra, true)
 	r.DeltaBytes = r.BytesAfter - r.BytesBefore
 	all := make([]DiffSite, 0, len(m))
 	for k, d := range m {
@@ -157,111 +212,144 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 		if x.DeltaBlocks != y.DeltaBlocks {
 			return y.DeltaBlocks - x.DeltaBlocks
 		}
-		return strings.Compare(x.Site, y.Site)
+		if c := strings.Compare(x.Site, y.Site); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Category, y.Category)
 	})
-	r.Patterns = diffPatterns(all, r)
-	r.TotalSites = len(all)
-	r.Sites = all
-	if len(r.Sites) > opt.Limit {
-		r.Sites = r.Sites[:opt.Limit]
+	return all
+}
+
+// diffRoles sums the sites by role, largest first (by the larger of the two sides).
+func diffRoles(all []DiffSite) []DiffRole {
+	by := map[string]*DiffRole{}
+	for _, d := range all {
+		x := by[d.Category]
+		if x == nil {
+			x = &DiffRole{Category: d.Category}
+			by[d.Category] = x
+		}
+		x.BytesBefore += d.BytesBefore
+		x.BytesAfter += d.BytesAfter
 	}
-	for _, s := range []*snapshot.Snapshot{before, after} {
-		if !s.Caps.FramesOnBlocks {
-			r.Notes = append(r.Notes, fmt.Sprintf("%s has no stacks on its blocks: its memory cannot be matched to sites (record history with context before the first snapshot)", s.Path))
+	out := []DiffRole{}
+	for _, c := range AllCategories {
+		if x := by[c]; x != nil {
+			x.DeltaBytes = x.BytesAfter - x.BytesBefore
+			out = append(out, *x)
 		}
 	}
-	if before.Caps.PythonOnly || after.Caps.PythonOnly {
-		r.Notes = append(r.Notes, "Python-only stacks: backward-pass memory has no frame and is grouped as <no Python frame>")
+	slices.SortStableFunc(out, func(x, y DiffRole) int {
+		mx, my := max(x.BytesBefore, x.BytesAfter), max(y.BytesBefore, y.BytesAfter)
+		switch {
+		case mx > my:
+			return -1
+		case mx < my:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// diffPeaks replays each file's trace (the device with the highest peak when every device is
+// asked for) and keeps the peak and the sites live at it.
+func diffPeaks(before, after *snapshot.Snapshot, opt DiffOptions, r *DiffResult) error {
+	peak := func(s *snapshot.Snapshot) (*int64, []SiteBytes, error) {
+		if !s.Caps.HasTrace {
+			return nil, []SiteBytes{}, nil
+		}
+		devs := []int{opt.Device}
+		if opt.Device < 0 {
+			devs = devs[:0]
+			for d, evs := range s.DeviceTraces {
+				if len(evs) > 0 {
+					devs = append(devs, d)
+				}
+			}
+		}
+		var best *ReplayResult
+		for _, d := range devs {
+			rr, err := ReplayDevice(context.Background(), s, ReplayOptions{Device: d, Limit: peakSitesLimit, Attribution: opt.Attribution})
+			if err != nil {
+				return nil, nil, err
+			}
+			if rr.HasTrace && rr.Events > 1 && (best == nil || rr.PeakAllocatedBytes > best.PeakAllocatedBytes) {
+				best = rr
+			}
+		}
+		if best == nil {
+			return nil, []SiteBytes{}, nil
+		}
+		p := best.PeakAllocatedBytes
+		sites := best.PeakSites
+		if len(sites) > peakSitesLimit {
+			sites = sites[:peakSitesLimit]
+		}
+		return &p, sites, nil
 	}
-	if r.DeltaBytes > 0 {
-		r.Notes = append(r.Notes, "two snapshots show growth, not linearity: take a third to confirm a steady leak")
+	var err error
+	if r.PeakBeforeBytes, r.PeakSitesBefore, err = peak(before); err != nil {
+		return err
 	}
-	return r, nil
+	r.PeakAfterBytes, r.PeakSitesAfter, err = peak(after)
+	return err
+}
+
+func (r *DiffResult) sameRun() bool { return r.SameRun != nil && *r.SameRun }
+
+// totalClause is the total live memory change, for pattern evidence.
+func (r *DiffResult) totalClause() string {
+	return fmt.Sprintf("live memory %s -> %s, %s", FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter), formatDelta(r.DeltaBytes))
 }
 
 func growing(d DiffSite) bool { return d.DeltaBytes > 0 && d.DeltaBlocks > 0 }
 
-func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
-	out := []DiffPattern{}
-	var opt, acts, others []DiffSite
+// pointable: a pattern may name this site (a frame in the user's own code).
+func pointable(d DiffSite) bool {
+	return d.Kind != SiteKindNone && d.UserSite != "" && !strings.HasPrefix(d.Site, "<")
+}
+
+// growth is the growing sites sorted into what the patterns look at.
+type growth struct {
+	optimizer []DiffSite // optimizer state that did not exist before
+	acts      []DiffSite // growing activations (the loss is one: it is part of the graph)
+	others    []DiffSite // every other growing site
+}
+
+func classifyGrowth(all []DiffSite) growth {
+	var g growth
 	for _, d := range all {
 		if !growing(d) {
 			continue
 		}
 		switch {
 		case d.Category == CategoryOptimizerState && d.BlocksBefore == 0:
-			opt = append(opt, d)
+			g.optimizer = append(g.optimizer, d)
 		case d.Category == CategoryActivation:
-			acts = append(acts, d)
+			g.acts = append(g.acts, d)
 		default:
-			others = append(others, d)
+			g.others = append(g.others, d)
 		}
 	}
-	if len(acts) >= 2 {
-		// The per-step tensor that keeps the graph alive: a growing site outside the forward pass
-		// (the loss is computed after the model returns) with the most new blocks; without one,
-		// the forward site with the smallest blocks.
-		loss := DiffSite{}
-		for _, d := range others {
-			if loss.Site == "" || d.DeltaBlocks > loss.DeltaBlocks ||
-				(d.DeltaBlocks == loss.DeltaBlocks && d.DeltaBytes < loss.DeltaBytes) {
-				loss = d
-			}
-		}
-		if loss.Site == "" {
-			loss = acts[0]
-			for _, d := range acts[1:] {
-				if d.minAfter < loss.minAfter || (d.minAfter == loss.minAfter && d.DeltaBlocks > loss.DeltaBlocks) {
-					loss = d
-				}
-			}
-		}
-		var total int64
-		parts := []string{}
-		for i, d := range acts {
-			total += d.DeltaBytes
-			if i < 5 {
-				parts = append(parts, fmt.Sprintf("%s %s in +%d blocks", d.Site, formatDelta(d.DeltaBytes), d.DeltaBlocks))
-			}
-		}
-		ev := fmt.Sprintf("%d forward (activation) sites grew together by %s: %s", len(acts), formatDelta(total), strings.Join(parts, "; "))
-		ev += fmt.Sprintf("; alongside %s (%s) growing by +%d blocks (about %s each), the per-step loss/output tensor that keeps each step's graph and its saved activations alive",
-			loss.Site, loss.Function, loss.DeltaBlocks, FormatBytes(loss.DeltaBytes/int64(loss.DeltaBlocks)))
-		out = append(out, DiffPattern{Name: PatternRetainedGraph, Site: loss.Site, Evidence: ev,
-			Fix: fmt.Sprintf("at %s store loss.detach() or loss.item() instead of the tensor (e.g. losses.append(loss.item())), and remove any stray retain_graph=True", loss.Site)})
-	} else if cand := append(append([]DiffSite{}, others...), acts...); len(cand) > 0 {
-		best := DiffSite{}
-		for _, d := range cand {
-			if d.DeltaBlocks >= 2 && d.DeltaBytes > best.DeltaBytes {
-				best = d
-			}
-		}
-		if best.Site != "" {
-			ev := fmt.Sprintf("%s (%s) went from %d to %d blocks (+%d, %s, about %s per block)", best.Site, best.Function,
-				best.BlocksBefore, best.BlocksAfter, best.DeltaBlocks, formatDelta(best.DeltaBytes), FormatBytes(best.DeltaBytes/int64(best.DeltaBlocks)))
-			if len(cand) == 1 {
-				ev += "; no other site grew"
-			} else {
-				ev += fmt.Sprintf("; %d other sites grew less", len(cand)-1)
-			}
-			out = append(out, DiffPattern{Name: PatternGrowingContainer, Site: best.Site, Evidence: ev,
-				Fix: fmt.Sprintf("at %s detach and move to CPU before appending (x.detach().cpu()), or bound the container (collections.deque(maxlen=N), clear it each epoch)", best.Site)})
-		}
+	return g
+}
+
+// diffPatterns names what the difference shows: for two points of one run, the leak patterns
+// (or no growth); otherwise only that the files cannot show growth.
+func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
+	if !r.sameRun() {
+		return []DiffPattern{notComparable(r)}
 	}
-	if len(opt) > 0 {
-		var total int64
-		blocks := 0
-		for _, d := range opt {
-			total += d.DeltaBytes
-			blocks += d.DeltaBlocks
-		}
-		ev := fmt.Sprintf("%d optimizer site(s) appeared: %s in %d blocks, none before (largest %s in %s); optimizer state (e.g. Adam's exp_avg and exp_avg_sq) is created on the first optimizer.step() and then stays flat. This is expected, not a leak",
-			len(opt), FormatBytes(total), blocks, opt[0].Site, opt[0].Function)
-		if len(out) == 0 {
-			ev += "; nothing else grew"
-		}
-		out = append(out, DiffPattern{Name: PatternOptimizerFirstStp, Site: opt[0].Site, Evidence: ev,
-			Fix: "none needed; if it does not fit, use a smaller model or batch, a lower-memory optimizer (SGD, Adafactor, 8-bit Adam), or shard the optimizer state (ZeRO / FSDP)"})
+	g := classifyGrowth(all)
+	out := []DiffPattern{}
+	if p, ok := retainedGraph(g, r); ok {
+		out = append(out, p)
+	} else if p, ok := growingContainer(g, r); ok {
+		out = append(out, p)
+	}
+	if p, ok := optimizerFirstStep(g, len(out) == 0); ok {
+		out = append(out, p)
 	}
 	if len(out) == 0 {
 		out = append(out, noGrowth(all, r))
@@ -269,11 +357,107 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 	return out
 }
 
-// noGrowth words the no_growth pattern after the data: memory dropped, stayed or grew without
-// any site gaining blocks. all is sorted by growth, largest first.
+// retainedGraph: several forward sites grow together with a per-step tensor that keeps each
+// step's graph (and its saved activations) alive. That tensor, the loss, is the growing site
+// whose smallest block is smallest: a 4-byte scalar in a 512 B block.
+func retainedGraph(g growth, r *DiffResult) (DiffPattern, bool) {
+	cand := append(append([]DiffSite{}, g.acts...), g.others...)
+	loss, found := DiffSite{}, false
+	for _, d := range cand {
+		if !pointable(d) {
+			continue
+		}
+		if !found || d.minAfter < loss.minAfter ||
+			(d.minAfter == loss.minAfter && (d.DeltaBlocks > loss.DeltaBlocks || (d.DeltaBlocks == loss.DeltaBlocks && d.Site < loss.Site))) {
+			loss, found = d, true
+		}
+	}
+	if !found {
+		return DiffPattern{}, false
+	}
+	acts := []DiffSite{}
+	for _, d := range g.acts {
+		if d.Site != loss.Site || d.Category != loss.Category {
+			acts = append(acts, d)
+		}
+	}
+	if len(acts) < 2 {
+		return DiffPattern{}, false
+	}
+	var total int64
+	parts := []string{}
+	for i, d := range acts {
+		total += d.DeltaBytes
+		if i < 5 {
+			parts = append(parts, fmt.Sprintf("%s %s in +%d blocks", d.Site, formatDelta(d.DeltaBytes), d.DeltaBlocks))
+		}
+	}
+	ev := fmt.Sprintf("%d forward (activation) sites grew together by %s: %s", len(acts), formatDelta(total), strings.Join(parts, "; "))
+	ev += fmt.Sprintf("; alongside %s (%s) growing by +%d blocks (its smallest block %s, about %s per block), the per-step loss/output tensor that keeps each step's graph and its saved activations alive",
+		loss.Site, loss.Function, loss.DeltaBlocks, FormatBytes(loss.minAfter), FormatBytes(loss.DeltaBytes/int64(loss.DeltaBlocks)))
+	ev += "; " + r.totalClause()
+	return DiffPattern{Name: PatternRetainedGraph, Site: loss.Site, UserSite: loss.UserSite, Evidence: ev,
+		Fix: fmt.Sprintf("at %s store loss.detach() or loss.item() instead of the tensor (e.g. losses.append(loss.item())), and remove any stray retain_graph=True", loss.Site)}, true
+}
+
+// growingContainer: one site gains many blocks: a list or dict the user appends to every step.
+func growingContainer(g growth, r *DiffResult) (DiffPattern, bool) {
+	cand := append(append([]DiffSite{}, g.others...), g.acts...)
+	best := DiffSite{}
+	for _, d := range cand {
+		if pointable(d) && d.DeltaBlocks >= 2 && d.DeltaBytes > best.DeltaBytes {
+			best = d
+		}
+	}
+	if best.Site == "" {
+		return DiffPattern{}, false
+	}
+	ev := fmt.Sprintf("%s (%s) went from %d to %d blocks (+%d, %s, about %s per block)", best.Site, best.Function,
+		best.BlocksBefore, best.BlocksAfter, best.DeltaBlocks, formatDelta(best.DeltaBytes), FormatBytes(best.DeltaBytes/int64(best.DeltaBlocks)))
+	if len(cand) == 1 {
+		ev += "; no other site grew"
+	} else {
+		ev += fmt.Sprintf("; %d other sites grew less", len(cand)-1)
+	}
+	ev += "; " + r.totalClause()
+	if r.DeltaBytes < best.DeltaBytes {
+		ev += fmt.Sprintf(" (other sites shrank by %s)", FormatBytes(best.DeltaBytes-r.DeltaBytes))
+	}
+	return DiffPattern{Name: PatternGrowingContainer, Site: best.Site, UserSite: best.UserSite, Evidence: ev,
+		Fix: fmt.Sprintf("at %s detach and move to CPU before appending (x.detach().cpu()), or bound the container (collections.deque(maxlen=N), clear it each epoch)", best.Site)}, true
+}
+
+// optimizerFirstStep: optimizer state that did not exist before appears once (not a leak).
+func optimizerFirstStep(g growth, alone bool) (DiffPattern, bool) {
+	if len(g.optimizer) == 0 {
+		return DiffPattern{}, false
+	}
+	var total int64
+	blocks := 0
+	site := DiffSite{}
+	for _, d := range g.optimizer {
+		total += d.DeltaBytes
+		blocks += d.DeltaBlocks
+		if site.Site == "" && pointable(d) {
+			site = d
+		}
+	}
+	largest := g.optimizer[0]
+	ev := fmt.Sprintf("%d optimizer site(s) appeared: %s in %d blocks, none before (largest %s in %s); optimizer state (e.g. Adam's exp_avg and exp_avg_sq) is created on the first optimizer.step() and then stays flat. This is expected, not a leak",
+		len(g.optimizer), FormatBytes(total), blocks, largest.Site, largest.Function)
+	if alone && len(g.acts)+len(g.others) == 0 {
+		ev += "; nothing else grew"
+	}
+	return DiffPattern{Name: PatternOptimizerFirstStp, Site: site.Site, UserSite: site.UserSite, Evidence: ev,
+		Fix: "none needed; if it does not fit, use a smaller model or batch, a lower-memory optimizer (SGD, Adafactor, 8-bit Adam), or shard the optimizer state (ZeRO / FSDP)"}, true
+}
+
+// noGrowth words the no-pattern case after the data: memory dropped, stayed, grew a little, or
+// grew materially without any site pattern explaining it (unexplained_growth, never no_growth).
+// all is sorted by growth, largest first.
 func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
-	delta := r.BytesAfter - r.BytesBefore
-	ev := fmt.Sprintf("no site grew in both bytes and blocks (live memory %s -> %s, %s)", FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter), formatDelta(delta))
+	delta := r.DeltaBytes
+	ev := fmt.Sprintf("no site grew in both bytes and blocks (%s)", r.totalClause())
 	site := func(what string, d DiffSite) string {
 		return fmt.Sprintf("; the largest %s: %s (%s) %s in %+d blocks", what, d.Site, d.Function, formatDelta(d.DeltaBytes), d.DeltaBlocks)
 	}
@@ -283,12 +467,20 @@ func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
 		if len(all) > 0 && all[len(all)-1].DeltaBytes < 0 {
 			ev += site("drop", all[len(all)-1])
 		}
-		p.Fix = fmt.Sprintf("none: live memory dropped by %s between these snapshots and no site grew (if you meant the other order, pass the earlier snapshot as before)", FormatBytes(-delta))
+		p.Fix = fmt.Sprintf("none: live memory dropped by %s between these snapshots and no site grew", FormatBytes(-delta))
+	case delta >= materialGrowth:
+		p.Name = PatternUnexplainedGrowth
+		ev = fmt.Sprintf("live memory grew by %s (%s -> %s) and no site pattern explains it: no site gained both bytes and blocks in a user frame",
+			FormatBytes(delta), FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter))
+		if len(all) > 0 && all[0].DeltaBytes > 0 {
+			ev += site("growth", all[0])
+		}
+		p.Fix = fmt.Sprintf("find what holds the %s: compare the sites above (existing tensors that got larger, growth spread thinly over many sites, or memory without a Python frame), and take a third snapshot to see whether it continues", FormatBytes(delta))
 	case delta > 0:
 		if len(all) > 0 && all[0].DeltaBytes > 0 {
 			ev += site("growth", all[0])
 		}
-		p.Fix = fmt.Sprintf("none recognised: live memory grew by %s but no site grew in both bytes and blocks (existing tensors got larger, or the growth is spread thinly); compare the sites above and take a third snapshot to see whether it continues", FormatBytes(delta))
+		p.Fix = fmt.Sprintf("none: live memory grew by only %s and no site grew in both bytes and blocks", FormatBytes(delta))
 	default:
 		p.Fix = "none: memory is steady between these snapshots"
 	}
@@ -296,13 +488,121 @@ func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
 	return p
 }
 
-// Text renders the diff: growth first, then the patterns with their fixes.
+// notComparable says why two files that are not one run cannot show growth, and what they can
+// still be compared on: memory by role and the peaks.
+func notComparable(r *DiffResult) DiffPattern {
+	if r.runReasons == "" {
+		r.runReasons = r.SameRunEvidence
+	}
+	what := "these files are not two points of one run"
+	if r.SameRun == nil {
+		what = "nothing shows that these files are two points of one run"
+	}
+	ev := fmt.Sprintf("%s (%s), so the difference (%s) is between two processes, not growth: no leak pattern applies", what, r.runReasons, r.totalClause())
+	if rs := r.roleSummary(3); rs != "" {
+		ev += "; like for like, by role: " + rs
+	}
+	if r.PeakBeforeBytes != nil && r.PeakAfterBytes != nil {
+		ev += fmt.Sprintf("; trace peaks %s vs %s", FormatBytes(*r.PeakBeforeBytes), FormatBytes(*r.PeakAfterBytes))
+	}
+	return DiffPattern{Name: PatternNotComparable, Evidence: ev,
+		Fix: "take two snapshots of the same process at different steps (e.g. torch.cuda.memory._dump_snapshot(f\"step{step}.pickle\") at step 5 and step 50, at the same point of the loop, with _record_memory_history on since the start) and diff those; to compare two jobs, compare them by role and by peak (above) or run summarize on each"}
+}
+
+// roleSummary renders the n largest roles as "parameter 1.0 GiB -> 2.0 GiB".
+func (r *DiffResult) roleSummary(n int) string {
+	parts := []string{}
+	for i, x := range r.Roles {
+		if i == n {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %s vs %s", x.Category, FormatBytes(x.BytesBefore), FormatBytes(x.BytesAfter)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// diffNotes: what the files cannot show, the swap, and the third-snapshot caveat.
+func diffNotes(before, after *snapshot.Snapshot, r *DiffResult) []string {
+	notes := []string{}
+	if r.Swapped {
+		notes = append(notes, fmt.Sprintf("the files were given in reverse time order: swapped, so before is %s (the earlier) and after is %s (the later)", r.BeforePath, r.AfterPath))
+	}
+	for _, s := range []*snapshot.Snapshot{before, after} {
+		if !s.Caps.FramesOnBlocks {
+			notes = append(notes, fmt.Sprintf("%s has no stacks on its blocks: its memory cannot be matched to sites (record history with context before the first snapshot)", s.Path))
+		}
+	}
+	if before.Caps.PythonOnly || after.Caps.PythonOnly {
+		notes = append(notes, "Python-only stacks: backward-pass memory has no frame and is grouped as <no Python frame>")
+	}
+	switch {
+	case !r.sameRun():
+		notes = append(notes, "the sites are listed for reference: a site present in one file and not the other says which code each job ran, not what grew")
+	case r.DeltaBytes > 0:
+		notes = append(notes, "two snapshots show growth, not linearity: take a third to confirm a steady leak")
+	}
+	return notes
+}
+
+// Text renders the diff: the verdict on the pair first, then peaks and roles, growth by site,
+// the patterns with their fixes, the notes.
 func (r *DiffResult) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "live memory %s -> %s (%s), %d sites\n", FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter), formatDelta(r.DeltaBytes), r.TotalSites)
+	fmt.Fprintf(&b, "live memory %s -> %s (%s), %d sites", FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter), formatDelta(r.DeltaBytes), r.TotalSites)
+	switch {
+	case r.SameRun == nil:
+		b.WriteString("; not known to be one run: the difference cannot show growth")
+	case !*r.SameRun:
+		b.WriteString("; two different runs: the difference is not growth")
+	case r.Swapped:
+		b.WriteString(" (files swapped into time order)")
+	}
+	b.WriteString("\n")
+	verdict := "unknown"
+	if r.SameRun != nil {
+		verdict = fmt.Sprint(*r.SameRun)
+	}
+	fmt.Fprintf(&b, "same run: %s (%s)\n", verdict, r.SameRunEvidence)
+	if r.PeakBeforeBytes != nil || r.PeakAfterBytes != nil {
+		pk := func(p *int64) string {
+			if p == nil {
+				return "no trace"
+			}
+			return FormatBytes(*p)
+		}
+		fmt.Fprintf(&b, "trace peak %s -> %s", pk(r.PeakBeforeBytes), pk(r.PeakAfterBytes))
+		if r.PeakBeforeBytes != nil && r.PeakAfterBytes != nil {
+			fmt.Fprintf(&b, " (%s)", formatDelta(*r.PeakAfterBytes-*r.PeakBeforeBytes))
+		}
+		b.WriteString("\n")
+		for _, side := range []struct {
+			name  string
+			sites []SiteBytes
+		}{{"before", r.PeakSitesBefore}, {"after", r.PeakSitesAfter}} {
+			if len(side.sites) == 0 {
+				continue
+			}
+			parts := []string{}
+			for _, s := range side.sites {
+				parts = append(parts, fmt.Sprintf("%s %s [%s]", s.Site, FormatBytes(s.Bytes), s.Category))
+			}
+			fmt.Fprintf(&b, "  live at the %s peak: %s\n", side.name, strings.Join(parts, ", "))
+		}
+	}
+	if len(r.Roles) > 0 {
+		b.WriteString("by role:\n")
+		for _, x := range r.Roles {
+			fmt.Fprintf(&b, "%10s  %s -> %s  %s\n", formatDelta(x.DeltaBytes), FormatBytes(x.BytesBefore), FormatBytes(x.BytesAfter), x.Category)
+		}
+	}
+	header := len(r.Roles) > 0
 	for _, d := range r.Sites {
 		if d.DeltaBytes == 0 && d.DeltaBlocks == 0 {
 			continue
+		}
+		if header {
+			b.WriteString("by site:\n")
+			header = false
 		}
 		fmt.Fprintf(&b, "%10s %+5d blocks  %s", formatDelta(d.DeltaBytes), d.DeltaBlocks, d.Site)
 		if d.Function != "" {

@@ -21,8 +21,9 @@ func diffSnap(path string, counts map[string]int, sizes map[string]int64) *snaps
 		"adam":  t.stack(sp+"torch/optim/adam.py", 150, "_init_group", sp+"torch/optim/adam.py", 220, "step", "/w/train.py", 55, "train"),
 		"param": t.stack(sp+"torch/nn/modules/module.py", 1300, "convert", "/w/train.py", 10, "main"),
 	}
-	addr := uint64(0x10000000)
-	for _, k := range []string{"fc1", "fc2", "loss", "cache", "adam", "param"} {
+	// One segment per stack at a fixed address, as one process keeps them: the param segment is
+	// shared by every pair below (one run, no trace clock).
+	for i, k := range []string{"fc1", "fc2", "loss", "cache", "adam", "param"} {
 		n := counts[k]
 		if n == 0 {
 			continue
@@ -31,8 +32,7 @@ func diffSnap(path string, counts map[string]int, sizes map[string]int64) *snaps
 		for i := 0; i < n; i++ {
 			blocks = append(blocks, blk(sizes[k], snapshot.StateActiveAllocated, stacks[k]))
 		}
-		t.seg(0, addr, 0, blocks...)
-		addr += 0x10000000
+		t.seg(0, uint64(i+1)<<28, 0, blocks...)
 	}
 	s := t.done()
 	s.Caps.FramesOnBlocks = true

@@ -12,7 +12,17 @@ import (
 type FragOptions struct {
 	Device int `json:"device"` // AllDevices (-1) or one device
 	Limit  int `json:"limit"`  // groups returned; 0 means 50
+	// DeviceTotalBytes is the GPU's memory when known (the file does not record it): reserved
+	// near it means the device is at its limit. 0: only the trace can tell (oom events,
+	// cudaMalloc retries).
+	DeviceTotalBytes int64 `json:"device_total_bytes"`
 }
+
+// Expandable-segment page sizes: empty_cache() unmaps only whole free pages.
+const (
+	smallPageBytes = 2 << 20  // kSmallBuffer
+	largePageBytes = 20 << 20 // kLargeBuffer
+)
 
 // FragGroup is the cache of one device, pool, stream and segment type.
 type FragGroup struct {
@@ -21,7 +31,12 @@ type FragGroup struct {
 	Stream      string `json:"stream"`
 	SegmentType string `json:"segment_type"`
 	Expandable  bool   `json:"expandable"`
-	Segments    int    `json:"segments"`
+	// PageBytes: expandable segments map memory in pages of this size (2 MiB small, 20 MiB
+	// large) and empty_cache() unmaps only whole free pages; 0 for ordinary segments.
+	PageBytes int64 `json:"page_bytes" jsonschema:"description=Expandable segments only: the page size (2 MiB small pool\\, 20 MiB large pool); empty_cache() unmaps only whole free pages. 0 for ordinary segments"`
+	Segments  int   `json:"segments"`
+	// FullyFreeSegments: segments (or expandable mapped ranges) without any live block.
+	FullyFreeSegments int `json:"fully_free_segments" jsonschema:"description=Segments (expandable: mapped ranges) holding no live block"`
 	// ReservedBytes is the segments' total size; AllocatedBytes the allocated blocks; PendingBytes
 	// blocks freed but awaiting another stream; InactiveBytes the free blocks (external free).
 	ReservedBytes  int64 `json:"reserved_bytes"`
@@ -36,13 +51,15 @@ type FragGroup struct {
 	MostlyFreeSegments int `json:"mostly_free_segments"`
 	// InternalWasteBytes is size - requested of allocated blocks (rounding and unsplit remainders).
 	InternalWasteBytes int64 `json:"internal_waste_bytes"`
-	// ReleasableBytes: fully inactive segments, what torch.cuda.empty_cache() gives back.
+	// ReleasableBytes: what torch.cuda.empty_cache() gives back: fully inactive segments, or for
+	// expandable segments the whole free pages.
 	ReleasableBytes int64 `json:"releasable_bytes"`
 	// PrivatePoolFreeBytes: fully inactive segments of private (CUDA graph) pools: empty_cache()
 	// frees them only once the graph and its pool are released, which the file cannot tell.
 	PrivatePoolFreeBytes int64 `json:"private_pool_free_bytes"`
-	// StrandedBytes: inactive bytes in segments that still hold a live block; empty_cache() cannot
-	// give them back.
+	// StrandedBytes: inactive bytes empty_cache() cannot give back: free space in segments that
+	// still hold a live block (for expandable segments, only the parts of pages shared with a live
+	// block: page granularity).
 	StrandedBytes int64 `json:"stranded_bytes"`
 	// FragmentationPercent is 100 × (1 − largest free block / inactive bytes).
 	FragmentationPercent float64 `json:"fragmentation_percent"`
@@ -57,15 +74,53 @@ type FragmentationResult struct {
 	InternalWasteBytes int64  `json:"internal_waste_bytes"`
 	ReleasableBytes    int64  `json:"releasable_bytes"`
 	// PrivatePoolFreeBytes: see FragGroup.
-	PrivatePoolFreeBytes int64       `json:"private_pool_free_bytes"`
-	StrandedBytes        int64       `json:"stranded_bytes"`
-	Groups               []FragGroup `json:"groups"`
-	TotalGroups          int         `json:"total_groups"`
-	Advice               []string    `json:"advice"`
-	Notes                []string    `json:"notes"`
+	PrivatePoolFreeBytes int64 `json:"private_pool_free_bytes"`
+	StrandedBytes        int64 `json:"stranded_bytes"`
+	// FullyFreeSegments: segments without a live block in the default pool (what empty_cache()
+	// releases whole).
+	FullyFreeSegments int `json:"fully_free_segments" jsonschema:"description=Segments of the default pool holding no live block: what empty_cache() releases whole"`
+	// Expandable: some segment is expandable (expandable_segments:True).
+	Expandable bool `json:"expandable" jsonschema:"description=Expandable segments are in use: free pages are unmapped at page granularity and max_split_size_mb does not apply to them"`
+	// LargestBlockBytes: the largest block in any state (decides whether max_split_size matters).
+	LargestBlockBytes int64 `json:"largest_block_bytes" jsonschema:"description=The largest block in any state: max_split_size_mb only changes anything for blocks at least that large"`
+	// DeviceAtLimit: the device reached its memory limit: the trace has oom events or cudaMalloc
+	// retries, or reserved is within 10% of the given device size.
+	DeviceAtLimit bool `json:"device_at_limit" jsonschema:"description=The device reached its limit: the trace holds oom events or the allocator's cudaMalloc-failure retries\\, or reserved is within 10% of the given device size"`
+	// Verdict is the one-line answer: empty, little_free, cache, small, fragmented or
+	// page_granularity, with Summary saying it in words.
+	Verdict string `json:"verdict" jsonschema:"description=empty (nothing reserved)\\, little_free (under 10% of reserved is free)\\, cache (fully free segments: cache left after a peak\\, not fragmentation)\\, small (too little memory to matter)\\, fragmented (free memory stranded next to live blocks) or page_granularity (expandable segments: free memory left only in pages shared with live blocks)"`
+	Summary string `json:"summary" jsonschema:"description=The verdict in one sentence\\, with the numbers"`
+	// SegmentBursts: runs of segment_free / segment_unmap events in the trace (explicit
+	// empty_cache() calls, cudaMalloc-failure retries).
+	SegmentBursts []SegmentBurst `json:"segment_bursts" jsonschema:"description=Runs of consecutive segment_free / segment_unmap events in the trace: explicit torch.cuda.empty_cache() calls (with the calling site) or the allocator's cudaMalloc-failure retries (the device at its limit)"`
+	Groups        []FragGroup    `json:"groups"`
+	TotalGroups   int            `json:"total_groups"`
+	Advice        []string       `json:"advice"`
+	Notes         []string       `json:"notes"`
 }
 
+// Fragmentation verdicts.
+const (
+	FragEmpty           = "empty"
+	FragLittleFree      = "little_free"
+	FragCache           = "cache"
+	FragSmall           = "small"
+	FragFragmented      = "fragmented"
+	FragPageGranularity = "page_granularity"
+)
+
 func poolString(p snapshot.PoolID) string { return fmt.Sprintf("%d,%d", p[0], p[1]) }
+
+// wholePages is the part of the free range [off, off+size) covering whole pages of page bytes
+// (offsets from the start of the mapped range).
+func wholePages(off, size, page int64) int64 {
+	first := (off + page - 1) / page * page
+	last := (off + size) / page * page
+	if last > first {
+		return last - first
+	}
+	return 0
+}
 
 // Fragmentation measures the final state's cache per device, pool, stream and segment type.
 func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResult, error) {
@@ -75,7 +130,7 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 	if opt.Limit <= 0 {
 		opt.Limit = 50
 	}
-	r := &FragmentationResult{Path: snap.Path, Groups: []FragGroup{}, Advice: []string{}, Notes: []string{}}
+	r := &FragmentationResult{Path: snap.Path, Groups: []FragGroup{}, Advice: []string{}, Notes: []string{}, SegmentBursts: []SegmentBurst{}}
 	type key struct {
 		dev    int
 		pool   snapshot.PoolID
@@ -93,13 +148,20 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 		g := m[k]
 		if g == nil {
 			g = &FragGroup{Device: s.Device, Pool: poolString(s.PoolID), Stream: fmt.Sprintf("0x%x", s.Stream), SegmentType: s.SegmentType, Expandable: s.IsExpandable}
+			if s.IsExpandable {
+				g.PageBytes = largePageBytes
+				if s.SegmentType == "small" {
+					g.PageBytes = smallPageBytes
+				}
+			}
 			m[k] = g
 		}
 		g.Segments++
 		g.ReservedBytes += s.TotalSize
-		var inactive int64
+		var inactive, pages int64
 		live := false
 		for _, b := range s.Blocks {
+			r.LargestBlockBytes = max(r.LargestBlockBytes, b.Size)
 			switch b.State {
 			case snapshot.StateActiveAllocated:
 				g.AllocatedBytes += b.Size
@@ -114,10 +176,28 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 				inactive += b.Size
 				g.FreeBlocks++
 				g.LargestFreeBlockBytes = max(g.LargestFreeBlockBytes, b.Size)
+				if s.IsExpandable && b.Address >= s.Address {
+					pages += wholePages(int64(b.Address-s.Address), b.Size, g.PageBytes)
+				}
 			}
 		}
 		g.InactiveBytes += inactive
+		if !live {
+			g.FullyFreeSegments++
+		}
 		switch {
+		case s.IsExpandable:
+			// Expandable segments: empty_cache() unmaps every whole free page, inside holes too;
+			// only the parts of pages shared with a live block stay mapped.
+			if s.PoolID != (snapshot.PoolID{}) {
+				g.PrivatePoolFreeBytes += pages
+			} else {
+				g.ReleasableBytes += pages
+			}
+			g.StrandedBytes += inactive - pages
+			if live && inactive*2 >= s.TotalSize {
+				g.MostlyFreeSegments++
+			}
 		case !live && s.PoolID != (snapshot.PoolID{}):
 			g.PrivatePoolFreeBytes += s.TotalSize
 		case !live:
@@ -140,6 +220,10 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 		r.ReleasableBytes += g.ReleasableBytes
 		r.PrivatePoolFreeBytes += g.PrivatePoolFreeBytes
 		r.StrandedBytes += g.StrandedBytes
+		r.Expandable = r.Expandable || g.Expandable
+		if g.Pool == poolString(snapshot.PoolID{}) {
+			r.FullyFreeSegments += g.FullyFreeSegments
+		}
 		r.Groups = append(r.Groups, *g)
 	}
 	slices.SortFunc(r.Groups, func(a, b FragGroup) int {
@@ -158,7 +242,10 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 		return strings.Compare(fmt.Sprint(a.Device, a.Pool, a.Stream, a.SegmentType), fmt.Sprint(b.Device, b.Pool, b.Stream, b.SegmentType))
 	})
 	r.TotalGroups = len(r.Groups)
-	r.Advice = fragAdvice(snap, r)
+	tr := fragTrace(snap, opt)
+	r.SegmentBursts = tr.bursts
+	r.DeviceAtLimit = tr.oom || tr.retries > 0 || (opt.DeviceTotalBytes > 0 && r.ReservedBytes*10 >= opt.DeviceTotalBytes*9)
+	r.Verdict, r.Summary, r.Advice = fragAdvice(snap, r, tr, opt)
 	if len(r.Groups) > opt.Limit {
 		r.Groups = r.Groups[:opt.Limit]
 	}
@@ -175,44 +262,197 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 	return r, nil
 }
 
-func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult) []string {
+// fragTraceInfo is what the trace adds to the final state's cache.
+type fragTraceInfo struct {
+	hasTrace    bool
+	peakAlloc   int64 // highest allocated bytes over the trace (largest device), 0 without allocs
+	peakDev     int
+	peakEvent   int
+	oom         bool
+	retries     int // cudaMalloc-failure retry bursts
+	bursts      []SegmentBurst
+	deviceCount int
+}
+
+// fragTrace reads the traces of the devices asked for: the allocated peak (alloc adds the size,
+// free_completed removes it; the baseline is the final allocated bytes minus the trace's net
+// change), oom events and segment-release bursts.
+func fragTrace(snap *snapshot.Snapshot, opt FragOptions) fragTraceInfo {
+	var t fragTraceInfo
+	finalAlloc := map[int]int64{}
+	for si := range snap.Segments {
+		s := &snap.Segments[si]
+		for _, b := range s.Blocks {
+			if b.State == snapshot.StateActiveAllocated {
+				finalAlloc[s.Device] += b.Size
+			}
+		}
+	}
+	var roles *Roles
+	for dev, evs := range snap.DeviceTraces {
+		if (opt.Device >= 0 && dev != opt.Device) || len(evs) == 0 {
+			continue
+		}
+		t.deviceCount++
+		var cur, hi int64
+		hiIdx, allocs, segFrees := -1, 0, 0
+		for i, ev := range evs {
+			switch ev.Action {
+			case snapshot.ActionAlloc:
+				cur += ev.Size
+				allocs++
+			case snapshot.ActionFreeCompleted:
+				cur -= ev.Size
+			case snapshot.ActionOOM:
+				t.oom = true
+			case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+				segFrees++
+			case snapshot.ActionSnapshot:
+				continue
+			}
+			t.hasTrace = true
+			if cur > hi {
+				hi, hiIdx = cur, i
+			}
+		}
+		if allocs > 0 && hiIdx >= 0 {
+			if peak := finalAlloc[dev] - cur + hi; peak > t.peakAlloc {
+				t.peakAlloc, t.peakDev, t.peakEvent = peak, dev, hiIdx
+			}
+		}
+		if segFrees > 0 {
+			if roles == nil {
+				roles, _ = NewRoles(snap, AttributionOptions{}) // the zero options cannot fail
+			}
+			for _, b := range segmentBursts(snap, roles, dev) {
+				b.Device = dev
+				if b.Kind == BurstMallocRetry {
+					t.retries += b.Bursts
+				}
+				t.bursts = append(t.bursts, b)
+			}
+		}
+	}
+	if t.bursts == nil {
+		t.bursts = []SegmentBurst{}
+	}
+	return t
+}
+
+func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInfo, opt FragOptions) (string, string, []string) {
 	out := []string{}
 	if r.ReservedBytes == 0 {
-		return out
+		return FragEmpty, "nothing is reserved: empty_cache() returns 0 B",
+			append(out, "the allocator held no memory when the snapshot was taken: it was taken before any CUDA allocation, after everything was freed and released, or in a process that did not use these GPUs; call torch.cuda.memory._record_memory_history() before the model is built and dump the snapshot at the peak or on OOM")
 	}
-	anyExp := false
-	var largeStranded, largeInactive int64
-	mostly := 0
+	expandable := r.Expandable || snap.Settings.ExpandableSegments
+	free, res := r.InactiveBytes, r.ReservedBytes
+	rel, stranded := r.ReleasableBytes, r.StrandedBytes
+	var largestFree int64
+	var worstFrag float64
 	for _, g := range r.Groups {
-		anyExp = anyExp || g.Expandable
-		if g.SegmentType == "large" {
-			largeStranded += g.StrandedBytes
-			largeInactive += g.InactiveBytes
-			mostly += g.MostlyFreeSegments
+		largestFree = max(largestFree, g.LargestFreeBlockBytes)
+		if g.InactiveBytes*20 >= free { // groups holding at least 5% of the free memory
+			worstFrag = max(worstFrag, g.FragmentationPercent)
 		}
 	}
-	if r.StrandedBytes*5 >= r.ReservedBytes && r.StrandedBytes > 0 {
-		if !anyExp && !snap.Settings.ExpandableSegments {
-			out = append(out, fmt.Sprintf("%s (%.0f%% of reserved) is free but stranded in segments that still hold live blocks: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free neighbours always merge",
-				FormatBytes(r.StrandedBytes), pct(r.StrandedBytes, r.ReservedBytes)))
+	returns := fmt.Sprintf("empty_cache() would return %s", FormatBytes(rel))
+	if expandable {
+		returns += " (whole free pages: expandable segments unmap free memory in 2 MiB (small) / 20 MiB (large) pages, and free space in a page that also holds a live block stays mapped)"
+	} else if r.FullyFreeSegments > 0 {
+		returns += fmt.Sprintf(" (%s)", count(r.FullyFreeSegments, "fully free segment"))
+	}
+	limit := ""
+	if r.DeviceAtLimit {
+		switch {
+		case tr.oom:
+			limit = "the trace shows the device at its limit (oom events)"
+		case tr.retries > 0:
+			limit = fmt.Sprintf("the trace shows the device at its limit (%d cudaMalloc-failure retries)", tr.retries)
+		default:
+			limit = fmt.Sprintf("reserved %s is near the device's %s", FormatBytes(res), FormatBytes(opt.DeviceTotalBytes))
+		}
+	}
+	// recommendExpandable: the device is full and the free memory is in small pieces that only
+	// merging can make usable.
+	recommendExpandable := func() string {
+		return fmt.Sprintf("%s, and the free memory is split into pieces of at most %s: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free neighbours merge and free pages can be unmapped and remapped where they are needed",
+			limit, FormatBytes(largestFree))
+	}
+	var verdict, summary string
+	switch {
+	case free*10 < res:
+		verdict = FragLittleFree
+		summary = fmt.Sprintf("little free memory: %s of %s reserved (%.1f%%) is free", FormatBytes(free), FormatBytes(res), pct(free, res))
+		if worstFrag >= 50 && free > 0 {
+			summary += fmt.Sprintf(", in pieces of at most %s (hence the high fragmented %%), but there is too little of it to matter", FormatBytes(largestFree))
+		}
+		summary += "; " + returns
+		if r.DeviceAtLimit && !expandable && stranded > 0 && worstFrag >= 50 {
+			out = append(out, recommendExpandable())
+		}
+	case rel >= stranded:
+		verdict = FragCache
+		summary = fmt.Sprintf("cache, not fragmentation: %s of the %s free is in fully free segments", FormatBytes(rel), FormatBytes(free))
+		if expandable {
+			summary = fmt.Sprintf("cache, not fragmentation: %s of the %s free is in whole free pages", FormatBytes(rel), FormatBytes(free))
+		}
+		if tr.peakAlloc > r.AllocatedBytes {
+			summary += fmt.Sprintf(", left after the trace's peak of %s allocated (event %d)", FormatBytes(tr.peakAlloc), tr.peakEvent)
+			if tr.deviceCount > 1 {
+				summary += fmt.Sprintf(" on device %d", tr.peakDev)
+			}
 		} else {
-			out = append(out, fmt.Sprintf("%s is free but stranded between live blocks even with expandable segments: long-lived tensors are interleaved with short-lived ones; allocate long-lived buffers (caches, static inputs) first or preallocate them", FormatBytes(r.StrandedBytes)))
+			summary += ", left by an earlier, higher allocation peak"
 		}
-		if mostly > 0 && snap.Settings.MaxSplitSize <= 0 {
-			out = append(out, fmt.Sprintf("%d large segments are mostly free: max_split_size_mb (e.g. PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128) keeps big cached blocks whole for big requests", mostly))
+		summary += "; " + returns
+		out = append(out, fmt.Sprintf("%s: PyTorch reuses this cache for the next allocations, so it is not lost; call torch.cuda.empty_cache() only if another process needs the memory", returns))
+		if stranded > 0 {
+			out = append(out, fmt.Sprintf("another %s is free in segments that still hold live blocks (largest free piece %s): it serves later requests that fit, but empty_cache() cannot return it", FormatBytes(stranded), FormatBytes(largestFree)))
+		}
+	case res < gib && !r.DeviceAtLimit:
+		verdict = FragSmall
+		summary = fmt.Sprintf("too small to matter: %s reserved, %s free; %s", FormatBytes(res), FormatBytes(free), returns)
+		out = append(out, fmt.Sprintf("nothing to do at this scale: %s of %s reserved is free", FormatBytes(free), FormatBytes(res)))
+	case expandable:
+		verdict = FragPageGranularity
+		summary = fmt.Sprintf("expandable segments: %s of the %s free lies in pages that also hold live blocks; %s", FormatBytes(stranded), FormatBytes(free), returns)
+		out = append(out, fmt.Sprintf("%s of free memory shares pages with live tensors: long-lived tensors are interleaved with short-lived ones; allocate long-lived buffers (caches, static inputs) first or preallocate them", FormatBytes(stranded)))
+	case stranded*5 >= res:
+		verdict = FragFragmented
+		summary = fmt.Sprintf("fragmented: %s (%.0f%% of reserved) is free but stranded in segments that still hold live blocks, in pieces of at most %s; %s",
+			FormatBytes(stranded), pct(stranded, res), FormatBytes(largestFree), returns)
+		if r.DeviceAtLimit {
+			out = append(out, recommendExpandable())
+		} else {
+			out = append(out, fmt.Sprintf("the stranded %s serves later requests that fit (up to %s); if the job runs out of memory with this much cached, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free neighbours merge", FormatBytes(stranded), FormatBytes(largestFree)))
+		}
+	default:
+		verdict = FragSmall
+		summary = fmt.Sprintf("no fragmentation problem: %s of %s reserved is free, %s of it stranded next to live blocks (%.0f%% of reserved); %s",
+			FormatBytes(free), FormatBytes(res), FormatBytes(stranded), pct(stranded, res), returns)
+	}
+	// max_split_size_mb: never for expandable pools (should_split ignores it there), and it only
+	// changes anything for blocks at least that large.
+	if ms := snap.Settings.MaxSplitSize; ms > 0 {
+		switch {
+		case expandable:
+			out = append(out, fmt.Sprintf("drop max_split_size_mb:%d: with expandable segments the allocator's should_split ignores it for the expandable pools", ms/mib))
+		case r.LargestBlockBytes < ms:
+			out = append(out, fmt.Sprintf("max_split_size_mb:%d has no effect here: no block is %s or larger (the largest is %s), so nothing is kept from splitting; remove the setting unless blocks that large occur",
+				ms/mib, FormatBytes(ms), FormatBytes(r.LargestBlockBytes)))
 		}
 	}
-	if r.ReleasableBytes > 0 {
-		out = append(out, fmt.Sprintf("torch.cuda.empty_cache() would give back %s (fully free segments); it cannot give back the %s stranded in partly used segments, and PyTorch reuses cached memory anyway: it only helps other processes on the GPU",
-			FormatBytes(r.ReleasableBytes), FormatBytes(r.StrandedBytes)))
-	}
-	if r.InternalWasteBytes*10 >= r.AllocatedBytes && r.InternalWasteBytes > 0 {
+	if r.InternalWasteBytes*10 >= r.AllocatedBytes && r.InternalWasteBytes > 0 && r.InternalWasteBytes >= 64*mib {
 		out = append(out, fmt.Sprintf("%s of allocated blocks is rounding and unsplit remainders (size - requested): many odd-sized tensors; roundup_power2_divisions or padding sizes can reduce it", FormatBytes(r.InternalWasteBytes)))
 	}
-	if len(out) == 0 {
-		out = append(out, fmt.Sprintf("little fragmentation: %s of %s reserved is free, largest piece per group shown", FormatBytes(r.InactiveBytes), FormatBytes(r.ReservedBytes)))
+	for _, b := range tr.bursts {
+		out = append(out, "segment release bursts: "+b.Advice)
 	}
-	return out
+	if len(out) == 0 {
+		out = append(out, "nothing to change")
+	}
+	return verdict, summary, out
 }
 
 // Text renders the fragmentation report.
@@ -220,10 +460,13 @@ func (r *FragmentationResult) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "reserved %s: allocated %s, free %s (releasable by empty_cache %s, stranded %s), internal waste %s\n",
 		FormatBytes(r.ReservedBytes), FormatBytes(r.AllocatedBytes), FormatBytes(r.InactiveBytes), FormatBytes(r.ReleasableBytes), FormatBytes(r.StrandedBytes), FormatBytes(r.InternalWasteBytes))
+	if r.Summary != "" {
+		fmt.Fprintf(&b, "verdict: %s: %s\n", r.Verdict, r.Summary)
+	}
 	for _, g := range r.Groups {
 		exp := ""
 		if g.Expandable {
-			exp = " expandable"
+			exp = fmt.Sprintf(" expandable (%s pages)", FormatBytes(g.PageBytes))
 		}
 		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %d segments, reserved %s, free %s in %d blocks (largest %s, %.0f%% fragmented), %d mostly free, releasable %s\n",
 			g.Device, g.Pool, g.Stream, g.SegmentType, exp, g.Segments, FormatBytes(g.ReservedBytes), FormatBytes(g.InactiveBytes), g.FreeBlocks,

@@ -43,12 +43,12 @@ type OOMSite struct {
 
 // OOMEvent explains one oom event.
 type OOMEvent struct {
-	Device          int      `json:"device"`
-	EventIndex      int      `json:"event_index"`
-	TimeUS          int64    `json:"time_us"`
-	RequestedBytes  int64    `json:"requested_bytes"`
-	DeviceFreeBytes int64    `json:"device_free_bytes"`
-	Stream          string   `json:"stream"`
+	Device          int    `json:"device"`
+	EventIndex      int    `json:"event_index"`
+	TimeUS          int64  `json:"time_us"`
+	RequestedBytes  int64  `json:"requested_bytes"`
+	DeviceFreeBytes int64  `json:"device_free_bytes"`
+	Stream          string `json:"stream"`
 	SiteIdentity
 	Stack []string `json:"stack"`
 	// StateSource says where the memory figures come from: "replay" (the trace replayed up to
@@ -78,9 +78,19 @@ type OOMEvent struct {
 	// OutsidePyTorchBytes (outside_pytorch verdicts) is device total − reserved − device free:
 	// memory held by other processes, the CUDA context or other libraries. When the device size
 	// was estimated it is only a lower bound (the smallest plausible device): OutsidePyTorchLowerBound.
-	OutsidePyTorchBytes      int64     `json:"outside_pytorch_bytes"`
-	OutsidePyTorchLowerBound bool      `json:"outside_pytorch_lower_bound"`
-	LiveSites                []OOMSite `json:"live_sites"`
+	OutsidePyTorchBytes      int64 `json:"outside_pytorch_bytes" jsonschema:"description=Device total minus reserved minus device free at the OOM\\, for every verdict: memory held by other processes\\, the CUDA context or other libraries. A lower bound when the device size was estimated (outside_pytorch_lower_bound)"`
+	OutsidePyTorchLowerBound bool  `json:"outside_pytorch_lower_bound"`
+	// Workload is the device's workload (training, inference, unknown) and HasBackward whether
+	// its trace or live blocks show a backward pass: they decide which fixes apply.
+	Workload    string `json:"workload" jsonschema:"description=training\\, inference or unknown (as summarize says): inference never gets activation checkpointing"`
+	HasBackward bool   `json:"has_backward" jsonschema:"description=The device's trace or live blocks show a backward pass: activation checkpointing is advised only then"`
+	// Unwound: the file was written after the OOM and the pass unwound (the exception freed its
+	// tensors): UnwoundBlocks / UnwoundBytes were freed between the OOM event and the end of the
+	// trace (or the next OOM).
+	Unwound       bool      `json:"unwound" jsonschema:"description=The file was written after the OOM: its final state is after the exception unwound the pass\\, so the live sites come from replaying the trace up to the OOM event"`
+	UnwoundBlocks int       `json:"unwound_blocks" jsonschema:"description=Blocks freed after the OOM event (up to the next OOM or the end of the trace)"`
+	UnwoundBytes  int64     `json:"unwound_bytes" jsonschema:"description=Bytes of those blocks"`
+	LiveSites     []OOMSite `json:"live_sites"`
 	// Dominant is the category holding the most live memory (for capacity OOMs).
 	Dominant      string   `json:"dominant"`
 	DominantBytes int64    `json:"dominant_bytes"`
@@ -114,6 +124,12 @@ type freeState struct {
 	largestSame, largestAny     int64
 	tailSame                    int64 // free bytes at the end of the request's expandable range
 	sites                       []OOMSite
+	// byCat: live bytes per role over every site (before the limit); attnBytes: live bytes of
+	// sites whose stacks show attention code; largestSeg: the largest segment.
+	byCat      map[string]int64
+	attnBytes  int64
+	attnSite   string
+	largestSeg int64
 }
 
 func isStateEvent(a snapshot.Action) bool {
@@ -135,6 +151,7 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 			continue
 		}
 		fs.reserved += s.TotalSize
+		fs.largestSeg = max(fs.largestSeg, s.TotalSize)
 		segSmall := s.SegmentType == "small"
 		for _, b := range s.Blocks {
 			switch b.State {
@@ -156,7 +173,7 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 			}
 		}
 	}
-	fs.sites = sortOOMSites(roles, dev, m, limit)
+	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, m, limit)
 	return fs
 }
 
@@ -180,8 +197,13 @@ func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.S
 	s.sizes.add(size)
 }
 
-func sortOOMSites(roles *Roles, dev int, m map[string]*OOMSite, limit int) []OOMSite {
+// sortOOMSites settles container roles, sorts the sites largest first and cuts them to limit;
+// it also returns the live bytes per role and of attention sites over every site.
+func sortOOMSites(roles *Roles, dev int, m map[string]*OOMSite, limit int) ([]OOMSite, map[string]int64, int64, string) {
 	out := make([]OOMSite, 0, len(m))
+	byCat := map[string]int64{}
+	var attn, attnTop int64
+	attnSite := ""
 	for _, s := range m {
 		if s.Category == CategoryOther {
 			if ev := roles.containerGuess(dev, s.SiteIdentity, s.sizes, s.allocs); ev != "" {
@@ -189,6 +211,13 @@ func sortOOMSites(roles *Roles, dev int, m map[string]*OOMSite, limit int) []OOM
 			}
 		}
 		s.sizes, s.allocs = nil, nil
+		byCat[s.Category] += s.Bytes
+		if attentionSite(roles.snap, s) {
+			attn += s.Bytes
+			if s.Bytes > attnTop || (s.Bytes == attnTop && s.Site < attnSite) {
+				attnTop, attnSite = s.Bytes, s.Site
+			}
+		}
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(x, y OOMSite) int {
@@ -197,7 +226,40 @@ func sortOOMSites(roles *Roles, dev int, m map[string]*OOMSite, limit int) []OOM
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
-	return out
+	return out, byCat, attn, attnSite
+}
+
+// isAttentionName: a function or file name of attention code (scaled_dot_product_attention,
+// attention modules, softmax over scores).
+func isAttentionName(s string) bool {
+	s = strings.ToLower(s)
+	return containsAny(s, "scaled_dot_product_attention", "attention", "softmax", "attn")
+}
+
+// attentionSite: the site's own frame, its user frame or a Python frame of its stack is
+// attention code.
+func attentionSite(snap *snapshot.Snapshot, s *OOMSite) bool {
+	base := func(p string) string {
+		p = strings.ReplaceAll(p, "\\", "/")
+		return p[strings.LastIndex(p, "/")+1:]
+	}
+	for _, n := range []string{s.Function, base(s.File), s.UserFunction, base(s.UserFile)} {
+		if n != "" && isAttentionName(n) {
+			return true
+		}
+	}
+	if snap == nil || s.StackID < 0 {
+		return false
+	}
+	for _, f := range snap.StackFrames(snapshot.StackID(s.StackID)) {
+		if !strings.HasSuffix(f.Filename, ".py") {
+			continue // C++ kernels (an SDPA backend is attention already fused)
+		}
+		if isAttentionName(f.Name) || isAttentionName(base(f.Filename)) {
+			return true
+		}
+	}
+	return false
 }
 
 // replayFreeState reads the state from a replay stopped at the OOM: free blocks are the parts
@@ -227,6 +289,7 @@ func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64
 	for addr := range e.segs {
 		segAddrs = append(segAddrs, addr)
 		fs.reserved += e.segs[addr].size
+		fs.largestSeg = max(fs.largestSeg, e.segs[addr].size)
 	}
 	slices.Sort(segAddrs)
 	if e.reserved != fs.reserved {
@@ -283,7 +346,7 @@ func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64
 		at := roles.Live(dev, sp.b.stack, sp.addr, size, sp.b.allocIdx)
 		addSite(m, at, size, sp.b.stack, sp.b.allocIdx)
 	}
-	fs.sites = sortOOMSites(roles, dev, m, limit)
+	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, m, limit)
 	return fs
 }
 
@@ -354,6 +417,17 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 			}
 			o.LargestFreeBlockBytes, o.LargestFreeAnyBytes = fs.largestSame, fs.largestAny
 			o.LiveSites = emptyIfNil(fs.sites)
+			if o.StateSource == "replay" {
+				o.Unwound = true
+				for k := idx + 1; k < len(evs) && evs[k].Action != snapshot.ActionOOM; k++ {
+					if evs[k].Action == snapshot.ActionFreeCompleted {
+						o.UnwoundBlocks++
+						o.UnwoundBytes += evs[k].Size
+					}
+				}
+			}
+			o.Workload, _ = roles.Workload(dev)
+			o.HasBackward = roles.HasBackward(dev)
 			judge(&o, opt, fs, roles, snap)
 			r.OOMs = append(r.OOMs, o)
 		}
@@ -407,10 +481,13 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 		total, src = estimateDeviceTotal(o.ReservedBytes+o.DeviceFreeBytes), "estimate"
 	}
 	o.DeviceTotalBytes, o.DeviceTotalSource = total, src
-	// Dominant category among live memory.
-	byCat := map[string]int64{}
-	for _, s := range fs.sites {
-		byCat[s.Category] += s.Bytes
+	// Dominant category among live memory (every site, not only the listed ones).
+	byCat := fs.byCat
+	if byCat == nil {
+		byCat = map[string]int64{}
+		for _, s := range fs.sites {
+			byCat[s.Category] += s.Bytes
+		}
 	}
 	for _, c := range AllCategories {
 		if byCat[c] > o.DominantBytes {
@@ -418,17 +495,16 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 		}
 	}
 	req := FormatBytes(o.RequestedBytes)
-	outsideBytes := total - o.ReservedBytes - o.DeviceFreeBytes
+	outsideBytes := max(total-o.ReservedBytes-o.DeviceFreeBytes, 0)
+	o.OutsidePyTorchBytes, o.OutsidePyTorchLowerBound = outsideBytes, src == "estimate"
 	switch {
 	case o.DeviceFreeBytes < o.RequestedBytes && (o.ReservedBytes+o.DeviceFreeBytes)*2 < total:
 		o.Verdict = VerdictOutsidePyTorch
-		o.OutsidePyTorchBytes = outsideBytes
 		if src == "option" {
 			o.Explanation = fmt.Sprintf("the device had only %s free for a %s request although PyTorch reserved just %s of the %s device: %s is held outside PyTorch's allocator (device size − reserved − free)",
 				FormatBytes(o.DeviceFreeBytes), req, FormatBytes(o.ReservedBytes), FormatBytes(total), FormatBytes(outsideBytes))
 		} else {
 			// The file does not record the device size: say only what the data proves.
-			o.OutsidePyTorchLowerBound = true
 			seen := o.ReservedBytes + o.DeviceFreeBytes
 			o.Explanation = fmt.Sprintf("the device had only %s free for a %s request although PyTorch reserved just %s: together %s, under half of even the smallest GPU that holds them (%s), so the rest of the device is held outside PyTorch's allocator: device size − %s, at least %s; the file does not record the device size, so the exact amount is unknown (pass it: CLI --device-memory, MCP device_memory_bytes)",
 				FormatBytes(o.DeviceFreeBytes), req, FormatBytes(o.ReservedBytes), FormatBytes(seen), FormatBytes(total), FormatBytes(seen), FormatBytes(outsideBytes))
@@ -449,46 +525,133 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 			o.Explanation = fmt.Sprintf("%s was cached free, more than the %s request, but the largest free block of its pool and stream was %s: the free memory is split between live blocks and segments never merge",
 				FormatBytes(o.InactiveBytes), req, FormatBytes(o.LargestFreeBlockBytes))
 		}
-		o.Fixes = []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free memory in a pool stays contiguous",
-			"or set max_split_size_mb (e.g. PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128) so large cached blocks are not split for small requests",
-			"allocate long-lived tensors (caches, buffers) up front instead of interleaving them with per-step temporaries"}
+		o.Fixes = []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free memory in a pool stays contiguous"}
 		if o.Expandable {
 			o.Fixes[0] = "expandable segments are already on: holes between long-lived tensors still cannot be merged"
 		}
+		// max_split_size_mb only keeps blocks at least that large whole, and expandable pools
+		// ignore it (should_split).
+		if !o.Expandable && snap.Settings.MaxSplitSize <= 0 && fs.largestSeg >= 2*maxSplitSuggestion {
+			o.Fixes = append(o.Fixes, fmt.Sprintf("or set max_split_size_mb (e.g. PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:%d) so cached blocks of %s and more are not split for small requests", maxSplitSuggestion/mib, FormatBytes(maxSplitSuggestion)))
+		}
+		o.Fixes = append(o.Fixes, "allocate long-lived tensors (caches, buffers) up front instead of interleaving them with per-step temporaries")
 	default:
 		o.Verdict = VerdictCapacity
 		o.Explanation = fmt.Sprintf("live tensors hold %s of %s reserved and only %s was free on the device: the %s request does not fit",
 			FormatBytes(o.AllocatedBytes), FormatBytes(o.ReservedBytes), FormatBytes(o.DeviceFreeBytes), req)
 		if o.Dominant != "" {
-			o.Explanation += fmt.Sprintf("; %s dominate (%s, %.0f%% of live memory)", strings.ReplaceAll(o.Dominant, "_", " "), FormatBytes(o.DominantBytes), pct(o.DominantBytes, o.AllocatedBytes))
+			o.Explanation += fmt.Sprintf("; the largest role is %s (%s, %.0f%% of live memory)", strings.ReplaceAll(o.Dominant, "_", " "), FormatBytes(o.DominantBytes), pct(o.DominantBytes, o.AllocatedBytes))
 		}
-		o.Fixes = capacityFixes(o.Dominant)
+		o.Fixes = capacityFixes(o, byCat, fs)
 	}
 	if src == "estimate" && o.Verdict != VerdictOutsidePyTorch {
 		o.Explanation += fmt.Sprintf(" (the file does not record the device size; assumed %s, the smallest common GPU size holding reserved + free: pass the real size if it differs)", FormatBytes(total))
 	}
+	if o.Verdict != VerdictOutsidePyTorch && outsideBytes > 0 {
+		if src == "option" {
+			o.Explanation += fmt.Sprintf("; %s of the device is held outside PyTorch's allocator (device size − reserved − free: CUDA context, other processes or libraries)", FormatBytes(outsideBytes))
+		} else if outsideBytes*10 >= total {
+			o.Explanation += fmt.Sprintf("; at least %s of the device is held outside PyTorch's allocator (assumed size − reserved − free)", FormatBytes(outsideBytes))
+		}
+	}
 	o.Explanation += ignored
 }
 
-func capacityFixes(dominant string) []string {
-	switch dominant {
-	case CategoryActivation, CategoryBackwardTemporary:
-		return []string{"activation checkpointing (torch.utils.checkpoint) on the repeated blocks",
-			"a smaller batch or sequence length (with gradient accumulation to keep the effective batch)",
-			"bf16/fp16 autocast and fused attention (scaled_dot_product_attention) to shrink activations"}
-	case CategoryParameter, CategoryGradient:
-		return []string{"shard parameters and gradients (FSDP / ZeRO-3) across GPUs",
-			"bf16 weights, or a smaller model; LoRA instead of full fine-tuning",
-			"CPU offload of parameters"}
-	case CategoryUserContainer:
-		return []string{"a list or dict in your code keeps one tensor per iteration: store x.detach().cpu() or x.item() instead, or bound it (collections.deque(maxlen=N))",
-			"reduce the batch size", "look at the largest live sites below and free or shrink them"}
-	case CategoryOptimizerState:
-		return []string{"a lower-memory optimizer (8-bit Adam, Adafactor, SGD with momentum)",
-			"shard optimizer state (ZeRO-1/2, FSDP)", "a smaller model"}
+// maxSplitSuggestion is the max_split_size the fragmentation fix suggests.
+const maxSplitSuggestion = 128 * mib
+
+// materialShare: a role is worth a fix when it holds at least this share of live memory.
+const materialShare = 10
+
+func material(b, live int64) bool { return b > 0 && live > 0 && b*100 >= live*materialShare }
+
+// capacityFixes gives the fixes for a capacity OOM, gated on what the device shows: activation
+// checkpointing only with a backward pass (never for inference) and material activations,
+// fused attention only when attention code holds memory, optimizer fixes only when optimizer
+// state is material, inference fixes (batch, KV cache, quantized weights) for inference.
+// Fixes that name the most bytes come first.
+func capacityFixes(o *OOMEvent, byCat map[string]int64, fs freeState) []string {
+	type fix struct {
+		bytes int64
+		text  string
 	}
-	return []string{"reduce the batch size", "look at the largest live sites below and free or shrink them",
-		"shard the model (FSDP / ZeRO) or use a GPU with more memory"}
+	var fixes []fix
+	add := func(b int64, t string) { fixes = append(fixes, fix{b, t}) }
+	live := o.AllocatedBytes
+	for _, b := range byCat {
+		live = max(live, b)
+	}
+	inference := o.Workload == WorkloadInference
+	training := !inference && (o.HasBackward || o.Workload == WorkloadTraining)
+	act := byCat[CategoryActivation]
+	share := func(b int64) string { return fmt.Sprintf("%s, %.0f%% of live memory", FormatBytes(b), pct(b, live)) }
+	if training && act*5 >= live && act > 0 {
+		add(act, fmt.Sprintf("activation checkpointing (torch.utils.checkpoint) on the repeated blocks: activations saved for backward hold %s at the OOM, and checkpointing would recompute most of them instead of keeping them", share(act)))
+	}
+	if fs.attnBytes > 0 && material(fs.attnBytes, live) {
+		add(fs.attnBytes, fmt.Sprintf("fused attention (F.scaled_dot_product_attention: flash / memory-efficient kernels) instead of materializing the attention scores and softmax: attention code (%s) holds %s", fs.attnSite, share(fs.attnBytes)))
+	}
+	if opt := byCat[CategoryOptimizerState]; material(opt, live) && !inference {
+		add(opt, fmt.Sprintf("optimizer state holds %s: a lower-memory optimizer (8-bit Adam from bitsandbytes, Adafactor) or sharded optimizer state (ZeRO-1/2, FSDP)", share(opt)))
+	}
+	pg := byCat[CategoryParameter] + byCat[CategoryGradient]
+	switch {
+	case inference:
+		if kv := byCat[CategoryKVCache]; material(kv, live) {
+			add(kv, fmt.Sprintf("the KV cache holds %s: a smaller batch or maximum sequence length, or a paged/quantized KV cache (fp8/int8)", share(kv)))
+		}
+		if p := byCat[CategoryParameter]; material(p, live) {
+			add(p, fmt.Sprintf("weights hold %s: bf16/fp16 weights instead of fp32, or quantized weights (8-bit / 4-bit, e.g. bitsandbytes, GPTQ, AWQ), or offload layers to the CPU", share(p)))
+		}
+		if t := act + byCat[CategoryTemporary]; material(t, live) {
+			add(t, fmt.Sprintf("forward activations and temporaries hold %s: a smaller batch or shorter inputs (chunk long prompts), run under torch.inference_mode(), and bf16 autocast", share(t)))
+		}
+	case material(pg, live) && byCat[CategoryGradient] > 0:
+		add(pg, fmt.Sprintf("parameters and gradients hold %s: bf16 weights, shard them across GPUs (FSDP / ZeRO-3), LoRA instead of full fine-tuning, or CPU offload", share(pg)))
+	case material(pg, live):
+		add(pg, fmt.Sprintf("parameters hold %s: bf16 weights, shard them across GPUs (FSDP), or CPU offload", share(pg)))
+	}
+	if training && material(act+byCat[CategoryBackwardTemporary], live) {
+		add((act+byCat[CategoryBackwardTemporary])/2, "bf16/fp16 autocast (torch.autocast) to halve activations, and a smaller batch or sequence length with gradient accumulation to keep the effective batch")
+	}
+	if !training && !inference && material(act+byCat[CategoryTemporary], live) {
+		add(act+byCat[CategoryTemporary], fmt.Sprintf("forward activations and temporaries hold %s and the trace shows no backward pass: if this forward is inference, run it under torch.inference_mode() (activations are then freed layer by layer); otherwise a smaller batch or sequence length, or bf16 autocast", share(act+byCat[CategoryTemporary])))
+	}
+	if ws := byCat[CategoryWorkspace]; material(ws, live) {
+		add(ws, fmt.Sprintf("cuBLAS/cuDNN workspaces hold %s (one per handle: thread and stream): a smaller CUBLAS_WORKSPACE_CONFIG (e.g. :4096:8) or fewer streams", share(ws)))
+	}
+	if uc := byCat[CategoryUserContainer]; material(uc, live) {
+		add(uc, fmt.Sprintf("a list, dict or variable in your code keeps %s alive: store x.detach().cpu() or x.item() instead, bound it (collections.deque(maxlen=N)), or del it before the next step", share(uc)))
+	}
+	if ac := byCat[CategoryAutocastCache]; material(ac, live) {
+		add(ac, fmt.Sprintf("autocast's cast cache holds %s (low-precision copies of the weights): keep one autocast region per step, or keep the weights in bf16", share(ac)))
+	}
+	if cm := byCat[CategoryCommunication]; material(cm, live) {
+		add(cm, fmt.Sprintf("communication buffers hold %s: smaller DDP bucket_cap_mb or FSDP/ZeRO bucket sizes", share(cm)))
+	}
+	slices.SortStableFunc(fixes, func(x, y fix) int {
+		if x.bytes != y.bytes {
+			if x.bytes > y.bytes {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	out := make([]string, 0, len(fixes)+2)
+	for _, f := range fixes {
+		out = append(out, f.text)
+	}
+	if len(out) == 0 {
+		out = append(out, "reduce the batch size")
+	}
+	out = append(out, "look at the largest live sites below and free or shrink them")
+	if !inference {
+		out = append(out, "shard the model (FSDP / ZeRO) or use a GPU with more memory")
+	} else {
+		out = append(out, "use a GPU with more memory or split the model across GPUs (tensor / pipeline parallel)")
+	}
+	return out
 }
 
 // Text renders every OOM with its verdict and fixes.
@@ -516,6 +679,10 @@ func (r *OOMResult) Text() string {
 				FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes), FormatBytes(o.ExpandableTailFreeBytes), FormatBytes(o.DeviceFreeBytes))
 		default:
 			fmt.Fprintf(&b, "largest free block for this request %s (any pool %s)\n", FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes))
+		}
+		if o.Unwound {
+			fmt.Fprintf(&b, "  the file was written after the OOM: its final state is after the exception unwound the pass (%d blocks, %s freed after the OOM event); the live sites below come from replaying the trace up to the OOM event\n",
+				o.UnwoundBlocks, FormatBytes(o.UnwoundBytes))
 		}
 		for _, s := range o.LiveSites {
 			fmt.Fprintf(&b, "    %9s %5d blocks  %s [%s]\n", FormatBytes(s.Bytes), s.Blocks, s.Site, s.Category)

@@ -111,10 +111,15 @@ type ReplayResult struct {
 	PreTraceBytes  int64 `json:"pre_trace_bytes"`
 	// PeakSites: the sites holding allocated memory at the allocated peak, largest first.
 	PeakSites []SiteBytes `json:"peak_sites"`
-	// ActivationBytesAtPeak: bytes at the peak whose stacks are forward-pass allocations
-	// (what activation checkpointing could free).
-	ActivationBytesAtPeak int64        `json:"activation_bytes_at_peak"`
-	DelayedFrees          DelayedFrees `json:"delayed_frees"`
+	// ActivationBytesAtPeak: bytes at the peak whose role is activation (saved for backward).
+	ActivationBytesAtPeak int64 `json:"activation_bytes_at_peak"`
+	// Workload: training, inference or unknown (see summarize), with the evidence.
+	Workload         string `json:"workload"`
+	WorkloadEvidence string `json:"workload_evidence"`
+	// CheckpointingAdvice is set only when the trace shows a backward pass and activations are
+	// material at the peak: what activation checkpointing could save there.
+	CheckpointingAdvice string       `json:"checkpointing_advice,omitempty"`
+	DelayedFrees        DelayedFrees `json:"delayed_frees"`
 	// IterationSource says where iterations come from: "annotations" (ProfilerStep#N),
 	// "periodicity" (the trace's repeating allocation sequence) or "none".
 	IterationSource string `json:"iteration_source"`
@@ -134,8 +139,11 @@ type ReplayResult struct {
 	GCFrees GCFrees `json:"gc_frees"`
 	// SizesAreRequested: the trace records requested bytes (newer PyTorch), so allocated memory over
 	// time counts requested bytes; the final state counts rounded block sizes.
-	SizesAreRequested bool     `json:"sizes_are_requested"`
-	Notes             []string `json:"notes"`
+	SizesAreRequested bool `json:"sizes_are_requested"`
+	// SegmentBursts: runs of segment_free / segment_unmap events, named (explicit empty_cache()
+	// calls, the allocator's cudaMalloc-failure retries) with their advice (bursts.go).
+	SegmentBursts []SegmentBurst `json:"segment_bursts" jsonschema:"description=Runs of consecutive segment_free / segment_unmap events by kind: explicit torch.cuda.empty_cache() calls (with the calling site) or the allocator's cudaMalloc-failure retries (the device at its limit)\\, with a verdict"`
+	Notes         []string       `json:"notes"`
 }
 
 // liveBlk is a block that is allocated or awaiting its free_completed during a replay.
@@ -522,7 +530,7 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	dev := opt.Device
 	e := newEngine(snap, dev)
-	r := &ReplayResult{Path: snap.Path, Device: dev, HasTrace: len(e.evs) > 0, Events: len(e.evs),
+	r := &ReplayResult{Path: snap.Path, Device: dev, HasTrace: roles.device(dev).hasTrace, Events: len(e.evs),
 		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{},
 		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none"}
 	r.DelayedFrees = DelayedFrees{Streams: []string{}, Sites: []SiteBytes{}}
@@ -677,6 +685,13 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		return nil, err
 	}
 	r.PeakSites, r.ActivationBytesAtPeak = pe.liveSites(roles, dev, limit)
+	r.Workload, r.WorkloadEvidence = roles.Workload(dev)
+	if !r.HasTrace {
+		r.PeakSites, r.ActivationBytesAtPeak = []SiteBytes{}, 0 // a state-only file has no peak to explain
+	} else if roles.HasBackward(dev) && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/5 {
+		r.CheckpointingAdvice = fmt.Sprintf("activations saved for backward hold %s (%.0f%%) at the peak: activation checkpointing (torch.utils.checkpoint on the repeated blocks) would trade most of it for recompute",
+			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes))
+	}
 
 	// Steps and sites whose allocations survive across them.
 	steps := roles.Steps(dev)
@@ -697,15 +712,17 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	r.Sawtooth = sawtooth(starts, before, after)
 	r.RepeatingSites = repeatingSites(roles, dev, e, starts, allocsPerStack, limit)
 
+	r.SegmentBursts = segmentBursts(snap, roles, dev)
 	notes := &r.Notes
 	if !r.HasTrace {
 		*notes = append(*notes, "the file has no trace for this device: peak and start values are the final state only")
 	}
-	if snap.Caps.TraceIncomplete || e.preBlocks > 0 {
-		*notes = append(*notes, fmt.Sprintf("the trace starts after recording began: %d blocks (%s) were alive before its first event; their allocation sites are unknown unless they are still alive at the end", e.preBlocks, FormatBytes(e.preBytes)))
-	}
-	if snap.Caps.RingBufferFull {
-		*notes = append(*notes, "the trace ring buffer overflowed: the oldest events are lost")
+	switch {
+	case !r.HasTrace:
+	case snap.Caps.TraceStart == "ring_buffer":
+		*notes = append(*notes, fmt.Sprintf("the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost, %d blocks (%s) alive before its first event", e.preBlocks, FormatBytes(e.preBytes)))
+	case e.preBlocks > 0:
+		*notes = append(*notes, fmt.Sprintf("the trace starts late (recording was switched on mid-run; not a ring-buffer wrap: the event count is not a round max_entries): %d blocks (%s) were alive before its first event; their allocation sites are unknown unless they are still alive at the end", e.preBlocks, FormatBytes(e.preBytes)))
 	}
 	if r.DroppedEvents > 0 {
 		*notes = append(*notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", r.DroppedEvents))
@@ -792,24 +809,23 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[s
 			continue
 		}
 		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx)
-		k := at.key()
+		k := at.key() + "\x00" + at.Category
 		g := m[k]
 		if g == nil {
 			g = &agg{at: at, iters: map[int]bool{}, sizes: sizeHist{}}
 			m[k] = g
 		}
-		if at.Category < g.at.Category {
-			g.at = at // deterministic when one site's blocks differ in role
-		}
 		g.sizes.add(b.size)
 		g.surv++
 		g.bytes += b.size
 		g.idxs = append(g.idxs, b.allocIdx)
-		g.iters[stepOf(starts, b.allocIdx)] = true
+		if st := stepOf(starts, b.allocIdx); st >= 0 { // before the first step: setup, not a step
+			g.iters[st] = true
+		}
 	}
 	for id, n := range allocs {
 		at := roles.Stack(dev, id)
-		if g := m[at.key()]; g != nil {
+		if g := m[at.key()+"\x00"+at.Category]; g != nil {
 			g.allocs += n
 		}
 	}
@@ -870,8 +886,11 @@ func (r *ReplayResult) Text() string {
 			fmt.Fprintf(&b, "    %9s %5.1f%% %4d blocks  %s (%s) [%s]\n", FormatBytes(s.Bytes), s.Percent, s.Blocks, s.Site, s.Function, s.Category)
 		}
 	}
-	if r.ActivationBytesAtPeak > 0 {
-		fmt.Fprintf(&b, "  forward activations at the peak: %s (activation checkpointing would free most of it)\n", FormatBytes(r.ActivationBytesAtPeak))
+	if r.Workload != "" {
+		fmt.Fprintf(&b, "  workload: %s (%s)\n", r.Workload, r.WorkloadEvidence)
+	}
+	if r.CheckpointingAdvice != "" {
+		fmt.Fprintf(&b, "  %s\n", r.CheckpointingAdvice)
 	}
 	if d := r.DelayedFrees; d.Count > 0 || d.PendingAtEnd > 0 {
 		fmt.Fprintf(&b, "  %d delayed frees (%s, up to %d events later) on streams %s: blocks used on another stream (record_stream); %d still pending at the end\n",
@@ -915,6 +934,7 @@ func (r *ReplayResult) Text() string {
 		}
 		fmt.Fprintf(&b, "  %s [%s] allocates without freeing: %d blocks (%s) alive at the end from %d steps\n", s.Site, s.Category, s.Survivors, FormatBytes(s.Bytes), s.Iterations)
 	}
+	writeSegmentBursts(&b, r.SegmentBursts)
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)
 	}

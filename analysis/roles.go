@@ -229,10 +229,13 @@ func (r *Roles) device(dev int) *deviceRoles {
 	if dev >= 0 && dev < len(r.snap.DeviceTraces) {
 		evs = r.snap.DeviceTraces[dev]
 	}
+	state := 0 // one event (the max_entries=1 "state only" pattern) is not a trace
 	for _, ev := range evs {
 		if ev.Action != snapshot.ActionSnapshot {
-			d.hasTrace = true
-			break
+			if state++; state >= 2 {
+				d.hasTrace = true
+				break
+			}
 		}
 	}
 	if d.hasTrace {
@@ -576,6 +579,8 @@ func (r *Roles) frameless(dev int, d *deviceRoles, at Attribution, addr uint64, 
 		return at
 	}
 	paramSite, paramSized := r.paramSizes()[devSize{dev, size}]
+	freePhase, preFreed := d.preFree[addr]
+	preFreed = preFreed && allocIdx < 0 && !aliveAtEnd
 	switch {
 	case allocIdx >= 0 && allocIdx < len(d.phases) && d.phases[allocIdx] == phaseBackward:
 		at.Category = CategoryBackwardTemporary
@@ -590,13 +595,13 @@ func (r *Roles) frameless(dev int, d *deviceRoles, at Attribution, addr uint64, 
 		if allocIdx < len(d.phases) && d.phases[allocIdx] != phaseNone {
 			at.Evidence += " during the " + phaseNames[d.phases[allocIdx]] + " phase"
 		}
-	case d.hasTrace && !aliveAtEnd && d.preFree[addr] == phaseOptimizer:
+	case d.hasTrace && preFreed && freePhase == phaseOptimizer:
 		at.Category = CategoryOptimizerState
 		at.Evidence = "guess: allocated before the trace and freed during the optimizer step: the previous step's optimizer state being replaced"
-	case d.hasTrace && !aliveAtEnd && d.preFree[addr] != phaseNone:
+	case d.hasTrace && preFreed && freePhase != phaseNone:
 		at.Category = CategoryOther
-		at.Evidence = "allocated before the trace and freed during its " + phaseNames[d.preFree[addr]] + " phase (often the previous step's output or loss)"
-	case d.hasTrace && !aliveAtEnd:
+		at.Evidence = "allocated before the trace and freed during its " + phaseNames[freePhase] + " phase (often the previous step's output or loss)"
+	case d.hasTrace && preFreed:
 		at.Category = CategoryOther
 		at.Evidence = "allocated before the trace and freed during it"
 	case d.workload == WorkloadTraining && paramSized && caps.PythonOnly && !d.hasTrace:

@@ -92,6 +92,9 @@ type DeviceSummary struct {
 	PoolsOmitted int           `json:"pools_omitted" jsonschema:"description=Pool groups left out by the limit"`
 	Trace        TraceSummary  `json:"trace" jsonschema:"description=What the device trace covers"`
 	OOMs         int           `json:"ooms" jsonschema:"description=Number of oom events in the trace"`
+	Workload     string        `json:"workload" jsonschema:"description=training\\, inference or unknown: what the frames nearest the allocations show (backward pass\\, optimizer step\\, no_grad decorators\\, KV caches)"`
+	// WorkloadEvidence names the frames and counts the workload comes from; "guess" marks a guess.
+	WorkloadEvidence string `json:"workload_evidence" jsonschema:"description=The frames and counts the workload comes from; guess marks a guess"`
 }
 
 // RankSummary is one rank file of a directory.
@@ -124,6 +127,7 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 		AllocatorSettings: snap.Settings, Capabilities: snap.Caps, Annotations: len(snap.Annotations)}
 	s.AllocatorSettings.Raw = nil // kept for read-raw-section; too long for a summary
 	devs := snap.Devices()
+	roles := rolesWith(snap, DefaultAttributor())
 	if opt.Device != nil {
 		if !slices.Contains(devs, *opt.Device) {
 			return nil, fmt.Errorf("%s: no device %d (the file has devices %v)", snap.Path, *opt.Device, devs)
@@ -135,12 +139,37 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 		if err != nil {
 			return nil, err
 		}
+		ds.Workload, ds.WorkloadEvidence = roles.Workload(d)
 		s.Devices = append(s.Devices, ds)
 		s.Totals.add(ds.MemoryTotals)
 		s.OOMs += ds.OOMs
 	}
 	s.CannotAnswer = cannotAnswer(snap.Caps, snap.Format)
+	s.Notes = append(s.Notes, deviceImbalance(s.Devices)...)
 	return s, nil
+}
+
+// deviceImbalance calls out one device holding far more than the others of one process (a
+// model placed on one GPU, or work that was meant to be spread).
+func deviceImbalance(devs []DeviceSummary) []string {
+	if len(devs) < 2 {
+		return nil
+	}
+	var top, second int64
+	topDev := -1
+	for _, d := range devs {
+		switch {
+		case d.ReservedBytes > top:
+			second, top, topDev = top, d.ReservedBytes, d.Device
+		case d.ReservedBytes > second:
+			second = d.ReservedBytes
+		}
+	}
+	if top < 256*mib || top < 4*second {
+		return nil
+	}
+	return []string{fmt.Sprintf("device %d holds %s reserved, far more than any other device in this file (next: %s): the work sits on one GPU (these are the devices one process saw, not DDP ranks)",
+		topDev, FormatBytes(top), FormatBytes(second))}
 }
 
 func summarizeDevice(ctx context.Context, snap *snapshot.Snapshot, dev int, opt SummaryOptions) (DeviceSummary, error) {
@@ -243,13 +272,16 @@ func poolName(p snapshot.PoolID) string {
 // cannotAnswer says in one line what the file cannot tell.
 func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
 	var gaps []string
-	if !c.HasTrace {
-		gaps = append(gaps, "no allocation trace (no history over time, no peaks, no OOM events)")
-	} else if c.TraceIncomplete {
-		gaps = append(gaps, "the trace starts after recording began or the ring buffer filled (early allocations unknown)")
+	switch {
+	case !c.HasTrace:
+		gaps = append(gaps, "no allocation trace (state only: no history over time, no peaks, no steps, no OOM events)")
+	case c.TraceStart == "ring_buffer":
+		gaps = append(gaps, "the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost")
+	case c.TraceIncomplete:
+		gaps = append(gaps, "the trace starts late (recording was switched on mid-run: the event count is not a round max_entries and no early event frees an unknown block): blocks allocated before it have no alloc event or frames")
 	}
 	if !c.FramesOnBlocks && !c.FramesOnAllocs {
-		gaps = append(gaps, "no stack frames (record with context=\"all\")")
+		gaps = append(gaps, "no stack frames (history recorded without context, or off when these blocks were allocated: record with context=\"all\")")
 	} else {
 		if c.HasTrace && !c.FramesOnFrees {
 			gaps = append(gaps, "no frames on frees")
@@ -387,6 +419,9 @@ func (s *Summary) Text() string {
 			fmt.Fprintf(&b, "  %s pool, %s, %s%s: %s, reserved %s, allocated %s, inactive %s, largest free block %s\n",
 				p.Pool, stream, p.SegmentType, exp, count(p.Segments, "segment"), FormatBytes(p.ReservedBytes), FormatBytes(p.AllocatedBytes), FormatBytes(p.InactiveBytes), FormatBytes(p.LargestInactiveBlockBytes))
 		}
+		if d.Workload != "" && (d.Workload != WorkloadUnknown || d.Segments > 0) {
+			fmt.Fprintf(&b, "  workload: %s (%s)\n", d.Workload, d.WorkloadEvidence)
+		}
 		if d.PoolsOmitted > 0 {
 			fmt.Fprintf(&b, "  … %d more pool groups\n", d.PoolsOmitted)
 		}
@@ -400,7 +435,11 @@ func (s *Summary) Text() string {
 			if tr.DurationUS > 0 {
 				fmt.Fprintf(&b, " over %.3f s", float64(tr.DurationUS)/1e6)
 			}
-			fmt.Fprintf(&b, "; peak allocated %s, peak reserved %s", FormatBytes(tr.PeakAllocatedBytes), FormatBytes(tr.PeakReservedBytes))
+			if s.Capabilities.HasTrace {
+				fmt.Fprintf(&b, "; peak allocated %s, peak reserved %s", FormatBytes(tr.PeakAllocatedBytes), FormatBytes(tr.PeakReservedBytes))
+			} else {
+				b.WriteString("; not a trace (state only): no peak")
+			}
 			if tr.DroppedEvents > 0 {
 				fmt.Fprintf(&b, "; %d older events dropped by --max-trace-events", tr.DroppedEvents)
 			}

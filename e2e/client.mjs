@@ -44,6 +44,13 @@ async function connect() {
 
 const ajv = new AjvJsonSchemaValidator();
 
+// cli runs the memsnap binary and parses its JSON output.
+const cli = (...args) => JSON.parse(execFileSync(path.resolve(bin), args, { encoding: "utf8" }));
+// same compares two JSON values deeply, ignoring key order.
+const canon = (v) => Array.isArray(v) ? v.map(canon) : v && typeof v === "object" ?
+  Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])])) : v;
+const same = (a, b) => JSON.stringify(canon(a)) === JSON.stringify(canon(b));
+
 async function main() {
   const client = await connect();
   check(/summarize/.test(client.getInstructions() || ""), "server instructions mention summarize");
@@ -51,7 +58,7 @@ async function main() {
   // 1. tools/list: names, schemas, annotations.
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
-  const want = ["diff", "fragmentation", "oom-report", "read-raw-section", "summarize", "top-stacks"];
+  const want = ["diff", "fragmentation", "oom-report", "read-raw-section", "replay", "summarize", "top-stacks"];
   check(JSON.stringify(Object.keys(byName).sort()) === JSON.stringify(want), "tool names: " + Object.keys(byName).sort());
   for (const t of tools) {
     check(t.inputSchema?.type === "object" && t.outputSchema?.type === "object", `${t.name}: object schemas`);
@@ -67,6 +74,16 @@ async function main() {
       (s) => s.delta_bytes === 180 * 1048576 && s.sites[0].site === "train.py:97"],
     ["oom-report", { path: fx("fragmentation_oom.pickle") }, (s) => s.ooms.length === 1 && s.ooms[0].verdict === "fragmentation"],
     ["fragmentation", { path: fx("fragmentation_oom.pickle") }, (s) => s.reserved_bytes === 1048576000 && s.groups[0].largest_free_block_bytes === 9961472],
+    // replay: ground truth of testdata/scenarios/README.md (4 delayed frees of 2 MiB, 2 pending at
+    // the end, train.py:64) plus the exact peak; the answer must equal `memsnap replay --json`.
+    ["replay", { path: fx("cross_stream_pending.pickle") }, (s) => s.devices.length === 1 && s.devices[0].device === 0 &&
+      s.devices[0].peak_allocated_bytes === 2621440 && s.devices[0].peak_allocated_event === 3 &&
+      s.devices[0].delayed_frees.count === 4 && s.devices[0].delayed_frees.bytes === 8388608 &&
+      s.devices[0].delayed_frees.pending_at_end === 2 && s.devices[0].delayed_frees.sites[0]?.site === "train.py:64" &&
+      same(s, cli("replay", fx("cross_stream_pending.pickle"), "--json"))],
+    ["replay", { path: fx("activation_oom.pickle"), device: 0, limit: 3 }, (s) => s.devices.length === 1 &&
+      s.devices[0].peak_allocated_bytes === 939556864 && s.devices[0].peak_allocated_event === 72 && s.devices[0].oom_events === 1 &&
+      s.devices[0].peak_sites.length === 3 && same(s, cli("replay", fx("activation_oom.pickle"), "--device", "0", "-n", "3", "--json"))],
     ["read-raw-section", { path: fx("activation_oom.pickle"), section: "segments", limit: 5 },
       (s) => s.kind === "segments" && s.total === 31 && s.returned === 5 && s.more === true && s.next_offset === 5],
     ["read-raw-section", { path: fx("activation_oom.pickle"), section: "device_traces[0][76]" },
@@ -95,6 +112,8 @@ async function main() {
     ["top-stacks", { path: path.join(scratch, "corrupt.pickle") }, /cannot read the snapshot/],
     ["top-stacks", { path: fx("activation_oom.pickle"), group_by: "bogus" }, /group_by/],
     ["read-raw-section", { path: fx("activation_oom.pickle"), section: "segments[999]" }, /31 segments/],
+    ["replay", { path: fx("activation_oom.pickle"), device: 5 }, /no device 5 \(the file has devices \[0\]\)/],
+    ["replay", { path: fx("no_such_file.pickle") }, /no such file/],
   ];
   for (const [name, args, re] of bad) {
     try {

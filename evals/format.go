@@ -11,7 +11,7 @@ import (
 )
 
 // Tools the suite may call (the MCP server's tool names).
-var knownTools = []string{"summarize", "diff", "top-stacks", "oom-report", "read-raw-section", "fragmentation"}
+var knownTools = []string{"summarize", "diff", "top-stacks", "oom-report", "read-raw-section", "fragmentation", "replay"}
 
 // pathArgs are the tool arguments that name files; relative values are resolved against the
 // suite's root before the call.

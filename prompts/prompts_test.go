@@ -25,7 +25,7 @@ func TestPrompts(t *testing.T) {
 			}
 		}
 	}
-	for _, tool := range []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "read-raw-section"} {
+	for _, tool := range []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section"} {
 		if !strings.Contains(Instructions, "`"+tool+"`") || !strings.Contains(Guide, "`"+tool+"`") {
 			t.Errorf("instructions or guide lack %s", tool)
 		}

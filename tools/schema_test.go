@@ -83,7 +83,7 @@ func TestGolden(t *testing.T) {
 			t.Errorf("tool %s changed: its interface differs from %s; if the change is intended run go test ./tools -run Golden -update and review the diff", tool.Name, file)
 		}
 	}
-	want := "diff,fragmentation,oom-report,read-raw-section,summarize,top-stacks"
+	want := "diff,fragmentation,oom-report,read-raw-section,replay,summarize,top-stacks"
 	if got := strings.Join(names, ","); got != want {
 		t.Errorf("tools %s, want %s", got, want)
 	}
@@ -137,6 +137,7 @@ func TestSchemas(t *testing.T) {
 		"diff":             {`"required":["before","after"]`},
 		"read-raw-section": {`"required":["path","section"]`, `"maximum":500`},
 		"summarize":        {`"required":["path"]`, `"additionalProperties":false`},
+		"replay":           {`"required":["path"]`, `"maximum":100`, `"minimum":1`, `"additionalProperties":false`},
 	} {
 		for _, w := range want {
 			if !strings.Contains(in[tool], w) {

@@ -1,5 +1,5 @@
 // Package tools is memsnap's MCP server: one tool per file (summarize, diff, top-stacks,
-// oom-report, fragmentation, read-raw-section), each a thin wrapper over package analysis with
+// oom-report, fragmentation, replay, read-raw-section), each a thin wrapper over package analysis with
 // input and output schemas reflected from Go types, plus a shared snapshot cache, allowed
 // roots, prompts and resources. It holds no analysis logic.
 package tools
@@ -99,7 +99,7 @@ func NewServer(cfg Config) (*server.MCPServer, error) {
 func (e *env) tools() ([]server.ServerTool, error) {
 	var out []server.ServerTool
 	for _, mk := range []func(*env) (server.ServerTool, error){
-		summarizeTool, topStacksTool, diffTool, oomTool, fragmentationTool, readRawTool,
+		summarizeTool, topStacksTool, diffTool, oomTool, fragmentationTool, replayTool, readRawTool,
 	} {
 		t, err := mk(e)
 		if err != nil {
@@ -111,7 +111,7 @@ func (e *env) tools() ([]server.ServerTool, error) {
 }
 
 // ToolNames lists the tools in declaration order.
-var ToolNames = []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "read-raw-section"}
+var ToolNames = []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section"}
 
 // texter is an analysis result that renders itself as text.
 type texter interface{ Text() string }

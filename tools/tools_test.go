@@ -234,7 +234,7 @@ func TestTextSized(t *testing.T) {
 	}
 	c := newClient(t, Config{Roots: roots})
 	for _, f := range files {
-		for _, tool := range []string{"summarize", "top-stacks", "oom-report", "fragmentation", "read-raw-section"} {
+		for _, tool := range []string{"summarize", "top-stacks", "oom-report", "fragmentation", "replay", "read-raw-section"} {
 			args := map[string]any{"path": f}
 			if tool == "read-raw-section" {
 				args["section"] = "device_traces[0]"

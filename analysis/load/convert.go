@@ -640,12 +640,23 @@ func computeCaps(s *snapshot.Snapshot) {
 	// Blocks allocated in the trace and not yet completely freed: a free of anything else, or
 	// a live block at the end that is not among them, means the trace misses its beginning.
 	inTrace := make(map[uint64]bool, 1<<14)
+	wrapped := false
 	for dev, evs := range s.DeviceTraces {
 		clear(inTrace)
+		// A trace is history over time: one event (the max_entries=1 "state only" pattern) is not.
+		state := 0
 		for _, e := range evs {
 			if e.Action != snapshot.ActionSnapshot {
-				c.HasTrace = true
+				state++
 			}
+		}
+		if state >= 2 {
+			c.HasTrace = true
+		}
+		if ringBufferWrapped(evs, c.MaxEntries) {
+			wrapped = true
+		}
+		for _, e := range evs {
 			note(e.Stack)
 			switch e.Action {
 			case snapshot.ActionAlloc:
@@ -678,6 +689,40 @@ func computeCaps(s *snapshot.Snapshot) {
 	if slices.ContainsFunc(s.DroppedEvents, func(n int64) bool { return n > 0 }) || c.RingBufferFull {
 		c.TraceIncomplete = true
 	}
+	switch {
+	case !c.HasTrace:
+	case c.RingBufferFull || wrapped:
+		c.TraceStart = "ring_buffer"
+	case c.TraceIncomplete:
+		c.TraceStart = "late_start"
+	default:
+		c.TraceStart = "complete"
+	}
 	c.CppFrames = anyCpp
 	c.PythonOnly = anyPy && !anyCpp
+}
+
+// ringBufferWrapped tells a truncated ring buffer from a late start: truncation leaves exactly
+// max_entries events (a round number such as 100000 when the file does not record
+// max_entries), and its first events include frees of blocks whose alloc fell off the front.
+func ringBufferWrapped(evs []snapshot.Event, maxEntries int64) bool {
+	n := int64(len(evs))
+	if maxEntries > 1 && n >= maxEntries {
+		return true
+	}
+	if maxEntries > 1 || n < 1000 || n%1000 != 0 {
+		return false
+	}
+	seen := map[uint64]bool{}
+	for _, e := range evs[:min(len(evs), 200)] {
+		switch e.Action {
+		case snapshot.ActionAlloc:
+			seen[e.Addr] = true
+		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+			if !seen[e.Addr] {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -112,7 +112,7 @@ func IsCppFrame(f Frame) bool {
 	if fn == "" || fn == "??" {
 		return true
 	}
-	for _, ext := range []string{".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh", ".c"} {
+	for _, ext := range []string{".cpp", ".cc", ".cxx", ".h", ".hpp", ".cu", ".cuh", ".c", ".S", ".s", ".asm", ".so"} {
 		if strings.HasSuffix(fn, ext) {
 			return true
 		}

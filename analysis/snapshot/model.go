@@ -210,8 +210,13 @@ type Capabilities struct {
 	// late or the ring buffer filled): blocks alive at the end or frees lack their alloc.
 	TraceIncomplete bool `json:"trace_incomplete"`
 	// RingBufferFull: the file says the trace overflowed (trace_alloc_overflowed).
-	RingBufferFull bool  `json:"ring_buffer_full"`
-	MaxEntries     int64 `json:"max_entries,omitempty"`
+	RingBufferFull bool `json:"ring_buffer_full"`
+	// TraceStart says how the trace begins: "complete" (it reaches back to the first
+	// allocation), "late_start" (recording was switched on mid-run: an arbitrary event count,
+	// opening on a normal allocation), "ring_buffer" (the trace holds exactly max_entries events,
+	// or says it overflowed: the oldest events fell off) or "" without a trace.
+	TraceStart string `json:"trace_start,omitempty"`
+	MaxEntries int64  `json:"max_entries,omitempty"`
 }
 
 // Snapshot is one loaded snapshot file.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -10,23 +9,6 @@ import (
 )
 
 func init() { register(newReplayCmd) }
-
-// replayReport is the replay of every selected device of one file.
-type replayReport struct {
-	Path    string                   `json:"path"`
-	Devices []*analysis.ReplayResult `json:"devices"`
-}
-
-func (r *replayReport) Text() string {
-	if len(r.Devices) == 0 {
-		return "no device has segments or trace events\n"
-	}
-	parts := make([]string, len(r.Devices))
-	for i, d := range r.Devices {
-		parts[i] = d.Text()
-	}
-	return strings.Join(parts, "")
-}
 
 func newReplayCmd() *cobra.Command {
 	var (
@@ -55,22 +37,16 @@ buffer, frees without stacks.`,
 				return err
 			}
 			opt.Attribution = af.options()
-			out := &replayReport{Path: snap.Path, Devices: []*analysis.ReplayResult{}}
+			var device *int
 			if c.Flags().Changed("device") {
 				if opt.Device < 0 {
 					return fmt.Errorf("--device must be 0 or more, not %d", opt.Device)
 				}
-				r, err := analysis.ReplayDevice(c.Context(), snap, opt)
-				if err != nil {
-					return err
-				}
-				out.Devices = append(out.Devices, r)
-			} else {
-				rs, err := analysis.ReplayAll(c.Context(), snap, opt)
-				if err != nil {
-					return err
-				}
-				out.Devices = rs
+				device = &opt.Device
+			}
+			out, err := analysis.ReplaySnapshot(c.Context(), snap, device, opt)
+			if err != nil {
+				return err
 			}
 			return emit(c, asJSON, out)
 		},

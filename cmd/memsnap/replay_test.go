@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/load"
 )
 
 func TestReplayCommand(t *testing.T) {
@@ -15,13 +20,11 @@ func TestReplayCommand(t *testing.T) {
 		{[]string{"replay", dir + "cross_stream_pending.pickle"},
 			[]string{"4 delayed frees (8.0 MiB", "2 still pending at the end", "live at the peak:"}},
 		{[]string{"replay", dir + "no_growth_step50.pickle", "--json"},
-			[]string{`"iteration_source": "periodicity"`, `"iterations": 50`, `"iteration_period_allocs": 19`, `"growth_per_iteration_bytes": 0`}},
+			[]string{`"iteration_source": "phases"`, `"iterations": 50`, `"iteration_period_allocs": 0`, `"growth_per_iteration_bytes": 0`, `"workload": "training"`}},
 		{[]string{"replay", dir + "growing_container_step50.pickle"},
-			[]string{"50 iterations (the trace repeats every 20 allocations", "each iteration leaves 4.0 MiB more allocated", "train.py:97 allocates without freeing: 50 blocks"}},
+			[]string{"50 steps (a forward pass after each backward pass or optimizer step)", "each step leaves 4.0 MiB more allocated", "train.py:97 [user_container] allocates without freeing: 50 blocks"}},
 		{[]string{"replay", dir + "summarize_basic.pickle", "--device", "0", "--json"},
 			[]string{`"iteration_source": "annotations"`, `"iterations": 3`}},
-		{[]string{"replay", dir + "summarize_basic.pickle", "--device", "3"},
-			[]string{"device 3: no trace; final allocated 0 B", "the file has no trace for this device"}},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args[1:], " "), func(t *testing.T) {
@@ -51,7 +54,53 @@ func TestReplayCommand(t *testing.T) {
 	if _, err := run(t, "replay", dir+"summarize_basic.pickle", "--device", "-1"); err == nil || !strings.Contains(err.Error(), "--device") {
 		t.Errorf("negative device: %v", err)
 	}
+	// A device the file does not have is an error naming the devices it has (as summarize's).
+	if _, err := run(t, "replay", dir+"summarize_basic.pickle", "--device", "3"); err == nil || !strings.Contains(err.Error(), "no device 3 (the file has devices [0])") {
+		t.Errorf("absent device: %v", err)
+	}
 	if _, err := run(t, "replay", dir+"missing.pickle"); err == nil {
 		t.Error("missing file: no error")
+	}
+}
+
+// TestReplayJSONIsReport: --json prints exactly analysis.ReplaySnapshot's report (the replay MCP
+// tool's structuredContent), for every device and for one.
+func TestReplayJSONIsReport(t *testing.T) {
+	const dir = "../../testdata/scenarios/"
+	zero := 0
+	for _, tc := range []struct {
+		file   string
+		device *int
+		args   []string
+	}{
+		{"activation_oom.pickle", nil, nil},
+		{"cross_stream_pending.pickle", &zero, []string{"--device", "0"}},
+		{"multirank/rank0.pickle", nil, []string{"-n", "3"}},
+	} {
+		out, err := run(t, append([]string{"replay", dir + tc.file, "--json"}, tc.args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := load.File(context.Background(), dir+tc.file, load.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt := analysis.ReplayOptions{Limit: 10}
+		if len(tc.args) == 2 && tc.args[0] == "-n" {
+			opt.Limit = 3
+		}
+		rep, err := analysis.ReplaySnapshot(context.Background(), snap, tc.device, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(rep)
+		var got, exp any
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(want, &exp)
+		if !reflect.DeepEqual(got, exp) {
+			t.Errorf("%s: --json differs from analysis.ReplaySnapshot:\n%s\nwant\n%s", tc.file, out, want)
+		}
 	}
 }

@@ -120,7 +120,75 @@ func groups() []group {
 			{"summarize_basic_list_per_traceback.pickle", sb, writer.Options{ListPerTraceback: true}},
 			{"summarize_basic_trailing_nul.pickle", sb, writer.Options{TrailingBytes: 64}},
 		}})
+	for _, fn := range sim.FrameworkScenarios() {
+		sn, tr := fn()
+		gs = append(gs, group{"Framework: " + strings.TrimSuffix(strings.TrimPrefix(tr.Name, "fw_"), ".pickle"), fwText(tr), []fixture{{tr.Name, sn, p4}}})
+	}
 	return gs
+}
+
+// fwAbout says what each framework fixture is (the scenario doc comments in
+// analysis/sim/scenarios_frameworks.go say more).
+var fwAbout = map[string]string{
+	"fw_lightning_closure.pickle": "Lightning `Trainer.fit` (lit_train.py:88) of a LightningModule wrapping the user's MLP, torch.optim.Adam (foreach), 3 steps. " +
+		"`training_step` runs inside the closure that `Adam.step` calls (lightning/pytorch/loops/optimization/automatic.py `closure`/`_training_step`, " +
+		"torch/optim/adam.py `step`, optimizer.py `wrapper`, `LightningOptimizer.step`, the fit loop): forward stacks have torch/optim frames OUTSIDE the model call, " +
+		"yet are activations. Gradients are zeroed inside the closure, so the previous step's .grad tensors are live during the forward. " +
+		"`self.train_preds.append(logits.argmax(-1))` (lit_train.py:33) grows a user container. Snapshot after the third optimizer step, grads not yet zeroed.",
+	"fw_hf_trainer_accelerate.pickle": "transformers `Trainer.train()` (finetune.py:47) fine-tuning a 2-layer LlamaForCausalLM (bf16) loaded with `from_pretrained(device_map=\"auto\")` " +
+		"(finetune.py:21; weights through modeling_utils.py `from_pretrained`/`_load_pretrained_model` and accelerate `set_module_tensor_to_device` `.to()`: parameter, site the user's line). " +
+		"Every module forward is wrapped by accelerate/hooks.py `new_forward`; sites are modeling_llama.py lines, never hooks.py or modeling_utils.py; their user site is finetune.py:47. " +
+		"Batches moved by Trainer `_prepare_input` `.to()` are `other`. AdamW (torch.optim, bf16 state) through accelerate's optimizer and the LR-scheduler wrapper. 2 steps; snapshot at on_step_end after step 2.",
+	"fw_deepspeed_zero2.pickle": "DeepSpeed ZeRO-2 (bf16, contiguous_gradients, overlap_comm), rank 0 of 2, user MLP whose forward returns the loss. `deepspeed.initialize` (ds_train.py:40): " +
+		"module to GPU then moved to CPU, one flat bf16 buffer (parameter), fp32 master partition and FusedAdam exp_avg/exp_avg_sq (optimizer_state), zero grad partition and bf16 clone (temporaries). " +
+		"Per iteration: batch `.to()` (ds_train.py:51), engine.forward, engine.backward: IPG bucket buffers (stage_1_and_2.py `backward`, communication), per-parameter .grad (AccumulateGrad, freed at once by ZeRO's grad hook) and " +
+		"grads_in_partition allocated by the hook on the autograd thread (gradient, no user frame at all); engine.step: fp32 gradient partition (gradient), `_release_ipg_buffers`, " +
+		"`all_gather_dp_groups` → torch.distributed `all_gather` → ProcessGroupNCCL::allgather `c10d::newLikeFlat` (communication). 3 forwards/backwards, 2 optimizer steps; snapshot after the third backward, before `model_engine.step()`.",
+	"fw_vllm_kv_cache.pickle": "vLLM V1 in-process (`LLM(...)` at serve.py:9, enforce_eager): Llama weights created in models/llama.py `__init__` under the device context (parameter; site the models/llama.py line, user site serve.py:9), " +
+		"GPUModelRunner's positions buffer (other), a profiling dummy run (temporaries), then gpu_model_runner.py `_allocate_kv_cache_tensors` ← `initialize_kv_cache_tensors` ← `initialize_kv_cache` ← gpu_worker.py `initialize_from_config`: " +
+		"2 × 64 MiB (kv_cache, site serve.py:9, NOT a user container). `llm.generate` (serve.py:12): 1 prefill + 3 decode engine steps under inference_mode, temporaries only. Inference: no backward, no optimizer frames.",
+	"fw_autocast_bf16.pickle": "Eager training of the user's MLP under `torch.autocast(\"cuda\", torch.bfloat16)` (amp_train.py:40) on a bf16 batch, AdamW foreach. Each linear casts its fp32 weight once per forward through " +
+		"`at::autocast::cached_cast` (autocast_cache, site the model.py line of the linear); linear outputs carry `at::autocast::WrapFunction_` frames but are activations. The first matmul creates the cuBLAS workspace " +
+		"(`at::cuda::getNewWorkspace`, workspace, model.py:41); the backward's engine thread creates its own (workspace, no Python frame). Snapshot inside the autocast region of step 3, after the loss.",
+	"fw_hf_generate.pickle": "transformers greedy `generate` (generate.py:18) with a user-owned `DynamicCache` (so the cache outlives generate): model moved with `.to(\"cuda\")` through modeling_utils.py `to` (parameter, site generate.py:14), " +
+		"`BatchEncoding.to` (other), generate under no_grad (torch/utils/_contextlib.py `decorate_context`) → generation/utils.py `_sample`: prefill of 4 × 64 tokens then 3 decode forwards. " +
+		"Every cache write is cache_utils.py `DynamicLayer.update` `torch.cat` ← `Cache.update` ← modeling_llama.py:254 (kv_cache; each step frees the previous cache tensors). Inference.",
+	"fw_torch_compile.pickle": "torch.compile'd training of the user's MLP (PyTorch 2.9 frames from a real compiled snapshot): inductor's generated `call` (/tmp/torchinductor_alice/…) followed by the ORIGINAL model frames " +
+		"(model.py:41, model.py:57, …), torch/_inductor/utils.py `run`, output_code.py `__call__`, AOTAutograd runtime_wrappers.py / `CompiledFunction` forward and backward, eval_frame.py `_fn`/`compile_wrapper`. " +
+		"The generated file is never the site. Compiled backward allocations (engine thread) have model.py sites: weight gradients (gradient) and activation gradients (backward_temporary). " +
+		"cuBLAS workspaces from the first forward mm (model.py:41) and the first backward mm (model.py:58). Snapshot after the second forward, before `loss.backward()`.",
+}
+
+func fwShort(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return "`" + s + "`"
+}
+
+func fwTable(rows []sim.FwRow) string {
+	var b strings.Builder
+	b.WriteString("| site | user_site | role | bytes | blocks |\n|---|---|---|---|---|\n")
+	var total, blocks int64
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d |\n", fwShort(r.Site), fwShort(r.UserSite), r.Role, r.Bytes, r.Blocks)
+		total += r.Bytes
+		blocks += r.Blocks
+	}
+	fmt.Fprintf(&b, "| **total** | | | %d | %d |\n", total, blocks)
+	return b.String()
+}
+
+func fwText(tr sim.FwTruth) string {
+	var steps []string
+	for _, s := range tr.Steps {
+		steps = append(steps, fmt.Sprintf("%d–%d", s[0], s[1]))
+	}
+	return fmt.Sprintf("%s\n\nWorkload **%s**; %d forward passes, %d backward passes, %d optimizer steps; snapshot %s. "+
+		"Iterations (device_traces[0] event indexes): %s.\n\nFinal state (active_allocated blocks; sites \"path:line function\", (none) = no such frame):\n\n%s\n"+
+		"Replayed allocated peak: %s, first reached at event %d. Live then:\n\n%s",
+		fwAbout[tr.Name], tr.Workload, tr.Forwards, tr.Backwards, tr.OptSteps, tr.Point, strings.Join(steps, ", "),
+		fwTable(tr.Final), mib(tr.PeakBytes), tr.PeakEvent, fwTable(tr.Peak))
 }
 
 // generate writes every fixture and the README under dir.
@@ -128,8 +196,9 @@ func generate(dir string) error {
 	var readme strings.Builder
 	readme.WriteString("# Scenario fixtures (generated)\n\n" +
 		"Written by `go run ./analysis/sim/genfixtures` from the caching-allocator simulation in `analysis/sim` " +
-		"(scenario functions in analysis/sim/scenarios.go). Do not edit: regenerate. Every file is synthetic; " +
-		"the ground truth below is exact. Sites are the innermost frame under /workspace/proj; sizes are block sizes " +
+		"(scenario functions in analysis/sim/scenarios*.go). Do not edit: regenerate. Every file is synthetic; " +
+		"the ground truth below is exact. Sites are the innermost frame under /workspace/proj (for the fw_* files: the innermost model-code frame, " +
+		"a user file or a model-defining library file such as transformers' models/llama/modeling_llama.py; user_site is the innermost frame under /workspace/proj); sizes are block sizes " +
 		"(rounded to 512 B) unless marked requested. Unless noted, files are protocol-4 pickles with one frames list per distinct stack.\n")
 	for _, g := range groups() {
 		fmt.Fprintf(&readme, "\n## %s\n\n", g.title)
