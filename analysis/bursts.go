@@ -233,6 +233,9 @@ func burstAdvice(b *SegmentBurst, streams int) string {
 		case b.FollowedByOOM > 0:
 			s += " (the retry failed: OOM)"
 		}
+		if b.Site != "" {
+			s += fmt.Sprintf("; the failing cudaMalloc was most often for %s", b.Site)
+		}
 		s += ": the device is at its limit. Calling empty_cache() would not help (the allocator already does it on every failed cudaMalloc); lower the peak instead, and each retry costs a synchronizing cudaFree of the cache"
 		if streams > 1 {
 			s += fmt.Sprintf("; the trace allocates on %d streams and cached blocks are per stream: blocks cached on one stream cannot serve another, so fewer streams (or preallocated per-stream buffers) keep less cache idle", streams)

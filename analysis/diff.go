@@ -74,7 +74,7 @@ type DiffResult struct {
 	AfterPath  string `json:"after_path"`
 	// SameRun: true when the files are two points of one process, false when they are not,
 	// null when the files cannot tell; SameRunEvidence names the facts.
-	SameRun         *bool  `json:"same_run"`
+	SameRun         *bool  `json:"same_run" jsonschema:"oneof_type=boolean;null"`
 	SameRunEvidence string `json:"same_run_evidence"`
 	// Swapped: the files were given later first; before/after now read in time order.
 	Swapped     bool  `json:"swapped"`
@@ -82,8 +82,8 @@ type DiffResult struct {
 	BytesAfter  int64 `json:"bytes_after"`
 	DeltaBytes  int64 `json:"delta_bytes"`
 	// Peaks from replaying each file's trace (null without one), and the sites live at each.
-	PeakBeforeBytes *int64        `json:"peak_before_bytes"`
-	PeakAfterBytes  *int64        `json:"peak_after_bytes"`
+	PeakBeforeBytes *int64        `json:"peak_before_bytes" jsonschema:"oneof_type=integer;null"`
+	PeakAfterBytes  *int64        `json:"peak_after_bytes" jsonschema:"oneof_type=integer;null"`
 	PeakSitesBefore []SiteBytes   `json:"peak_sites_before"`
 	PeakSitesAfter  []SiteBytes   `json:"peak_sites_after"`
 	Roles           []DiffRole    `json:"roles"`

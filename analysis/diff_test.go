@@ -53,6 +53,11 @@ func TestDiffPatterns(t *testing.T) {
 		{"retained graph", map[string]int{"param": 2, "fc1": 1, "fc2": 1, "loss": 1},
 			map[string]int{"param": 2, "fc1": 11, "fc2": 11, "loss": 11},
 			[]string{PatternRetainedGraph}, "train.py:52", "model.py:20", 40 * mib, 10},
+		// The tensor that keeps the graph is the growing site with the smallest block (the 4-byte
+		// loss in a 512 B block), not the site with the most new blocks.
+		{"retained graph beside a growing list", map[string]int{"param": 2, "fc1": 1, "fc2": 1, "loss": 1, "cache": 3},
+			map[string]int{"param": 2, "fc1": 11, "fc2": 11, "loss": 11, "cache": 23},
+			[]string{PatternRetainedGraph}, "train.py:52", "train.py:60", 160 * mib, 20},
 		{"growing container", map[string]int{"param": 2, "cache": 3},
 			map[string]int{"param": 2, "cache": 13},
 			[]string{PatternGrowingContainer}, "train.py:60", "train.py:60", 80 * mib, 10},
@@ -71,11 +76,14 @@ func TestDiffPatterns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !r.sameRun() || r.Swapped {
+				t.Errorf("same_run %v swapped %v: %s", r.SameRun, r.Swapped, r.SameRunEvidence)
+			}
 			if len(r.Patterns) != len(tc.patterns) {
 				t.Fatalf("patterns = %+v", r.Patterns)
 			}
 			for i, p := range tc.patterns {
-				if r.Patterns[i].Name != p || r.Patterns[i].Site != tc.site || r.Patterns[i].Fix == "" || r.Patterns[i].Evidence == "" {
+				if r.Patterns[i].Name != p || r.Patterns[i].Site != tc.site || r.Patterns[i].UserSite != tc.site || r.Patterns[i].Fix == "" || r.Patterns[i].Evidence == "" {
 					t.Errorf("pattern %d = %+v, want %s at %q", i, r.Patterns[i], p, tc.site)
 				}
 			}

@@ -97,6 +97,8 @@ type FragmentationResult struct {
 	TotalGroups   int            `json:"total_groups"`
 	Advice        []string       `json:"advice"`
 	Notes         []string       `json:"notes"`
+	// largestStranded: the largest free block in a segment that still holds a live block.
+	largestStranded int64
 }
 
 // Fragmentation verdicts.
@@ -206,6 +208,11 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 			g.StrandedBytes += inactive
 			if inactive*2 >= s.TotalSize {
 				g.MostlyFreeSegments++
+			}
+			for _, b := range s.Blocks {
+				if b.State == snapshot.StateInactive {
+					r.largestStranded = max(r.largestStranded, b.Size)
+				}
 			}
 		}
 	}
@@ -339,6 +346,18 @@ func fragTrace(snap *snapshot.Snapshot, opt FragOptions) fragTraceInfo {
 	return t
 }
 
+// pctString formats a share with one decimal, or two below 0.1%.
+func pctString(part, total int64) string {
+	if total <= 0 {
+		return "0%"
+	}
+	p := float64(part) * 100 / float64(total)
+	if p > 0 && p < 0.1 {
+		return fmt.Sprintf("%.2f%%", p)
+	}
+	return fmt.Sprintf("%.1f%%", p)
+}
+
 func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInfo, opt FragOptions) (string, string, []string) {
 	out := []string{}
 	if r.ReservedBytes == 0 {
@@ -383,9 +402,9 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 	switch {
 	case free*10 < res:
 		verdict = FragLittleFree
-		summary = fmt.Sprintf("little free memory: %s of %s reserved (%.1f%%) is free", FormatBytes(free), FormatBytes(res), pct(free, res))
+		summary = fmt.Sprintf("little free memory: %s of %s reserved (%s) is free", FormatBytes(free), FormatBytes(res), pctString(free, res))
 		if worstFrag >= 50 && free > 0 {
-			summary += fmt.Sprintf(", in pieces of at most %s (hence the high fragmented %%), but there is too little of it to matter", FormatBytes(largestFree))
+			summary += fmt.Sprintf(", split into pieces of at most %s: a high fragmented %% of too little memory to matter", FormatBytes(largestFree))
 		}
 		summary += "; " + returns
 		if r.DeviceAtLimit && !expandable && stranded > 0 && worstFrag >= 50 {
@@ -407,8 +426,12 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 		}
 		summary += "; " + returns
 		out = append(out, fmt.Sprintf("%s: PyTorch reuses this cache for the next allocations, so it is not lost; call torch.cuda.empty_cache() only if another process needs the memory", returns))
-		if stranded > 0 {
-			out = append(out, fmt.Sprintf("another %s is free in segments that still hold live blocks (largest free piece %s): it serves later requests that fit, but empty_cache() cannot return it", FormatBytes(stranded), FormatBytes(largestFree)))
+		if stranded > 0 && stranded*20 >= res {
+			piece := ""
+			if r.largestStranded > 0 {
+				piece = fmt.Sprintf(" (largest free piece %s)", FormatBytes(r.largestStranded))
+			}
+			out = append(out, fmt.Sprintf("another %s is free in segments that still hold live blocks%s: it serves later requests that fit, but empty_cache() cannot return it", FormatBytes(stranded), piece))
 		}
 	case res < gib && !r.DeviceAtLimit:
 		verdict = FragSmall

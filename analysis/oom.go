@@ -436,8 +436,11 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		r.Notes = append(r.Notes, "the file has no trace: OOM events are only recorded in the trace, so no OOM can be explained; the final state is what the fragmentation and top-stacks reports show (`memsnap fragmentation` / MCP `fragmentation`, `memsnap top-stacks` / MCP `top-stacks`)")
 	} else if len(r.OOMs) == 0 {
 		r.Notes = append(r.Notes, "no oom event in the trace")
-		if snap.Caps.RingBufferFull || snap.Caps.TraceIncomplete {
-			r.Notes = append(r.Notes, "the trace does not reach back to the start: an earlier OOM may have fallen off the ring buffer")
+		switch {
+		case snap.Caps.RingBufferFull || snap.Caps.TraceStart == "ring_buffer":
+			r.Notes = append(r.Notes, "the trace ring buffer is full: an earlier OOM may have fallen off its front")
+		case snap.Caps.TraceIncomplete:
+			r.Notes = append(r.Notes, "the trace starts after recording began (a late start, not ring-buffer truncation): an OOM before it is not recorded")
 		}
 	}
 	if len(r.OOMs) > 0 && !snap.Caps.FramesOnAllocs {

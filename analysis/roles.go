@@ -122,6 +122,10 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 		return ws, idx
 	}
 	at = r.refine(d, at, b.Stack)
+	if at.ctx == ctxForward && d.hasTrace && d.workload == WorkloadInference && b.State == snapshot.StateActiveAllocated && at.UserSite != "" {
+		at.Category = CategoryUserContainer
+		at.Evidence = "a forward output still alive after the pass, held by your code (" + at.UserSite + "), e.g. the last batch's logits or a layer's output kept for the next step: del it, or keep only what you need (argmax, .item(), .cpu())"
+	}
 	if at.ctx == ctxBackward && at.Category == CategoryBackwardTemporary && b.State == snapshot.StateActiveAllocated {
 		at.Category = CategoryGradient
 		at.Evidence += "; guess: made in the backward pass and still alive when the snapshot was taken (after backward returned): a gradient handed to a leaf's .grad without a copy"

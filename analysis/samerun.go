@@ -87,7 +87,12 @@ func checkSameRun(before, after *snapshot.Snapshot, rb, ra *Roles) runVerdict {
 		v.same = &yes
 		v.reasons = strings.Join(append(support, neutral...), "; ")
 		v.evidence = "one run: " + v.reasons
-		v.swapped = clk.reversed
+		if clk.reversed {
+			// Word the facts in time order.
+			w := checkSameRun(after, before, ra, rb)
+			w.swapped = true
+			return w
+		}
 	default:
 		v.reasons = strings.Join(append(neutral, "nothing ties them to one process: no segment at the same address holding a block of the same site, no trace events in common"), "; ")
 		v.evidence = "cannot tell whether these are one run: " + v.reasons
@@ -309,12 +314,16 @@ func runClocks(b, a runFile) clockFacts {
 		}
 	}
 	switch {
-	case shared > 0:
+	case window > 0 && shared*10 >= window*9:
 		c.support = fmt.Sprintf("the traces overlap in time and %d of the %d events of %s in the overlap are also in %s (same time, action, address and size)",
 			shared, window, early.name(), late.name())
-	case window >= runMinWindowEvent:
+	case window >= runMinWindowEvent && shared == 0:
 		c.against = fmt.Sprintf("the traces overlap in time (%s to %s) but %s holds none of the %d events %s recorded then: two processes recording at once",
 			fmtTime(max(early.first, late.first)), fmtTime(early.last), late.name(), window, early.name())
+	case window >= runMinWindowEvent:
+		// One process's later trace holds every event of the earlier one from its own start on.
+		c.against = fmt.Sprintf("the traces overlap in time but %s holds only %d of the %d events %s recorded then (one process's later trace would hold them all): two processes",
+			late.name(), shared, window, early.name())
 	default:
 		c.neutral = "the trace clocks overlap by a few events only"
 	}
@@ -396,8 +405,8 @@ func runSegments(b, a runFile, rb, ra *Roles) (against, support, neutral string)
 	case shared == 0:
 		return "", "", fmt.Sprintf("no segment at the same (address, size) among %d and %d segments", nb, na)
 	case sameSite > 0:
-		return "", fmt.Sprintf("%d of %d segments sit at the same (address, size) in both, %d of them holding a block of the same site at the same address (e.g. %s)",
-			shared, nb, sameSite, example), ""
+		return "", fmt.Sprintf("segments at the same (address, size) in both: %d (of %d and %d), %d of them holding a block of the same site at the same address (e.g. %s)",
+			shared, nb, na, sameSite, example), ""
 	case sameBlock > 0:
 		return "", "", fmt.Sprintf("%d segments sit at the same (address, size) and %d hold a same-size block at the same address, but no block with a Python frame to compare sites", shared, sameBlock)
 	}

@@ -274,7 +274,7 @@ func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
 	var gaps []string
 	switch {
 	case !c.HasTrace:
-		gaps = append(gaps, "no allocation trace (state only: no history over time, no peaks, no steps, no OOM events)")
+		gaps = append(gaps, "no allocation trace (state only: no history over time, no peaks, no steps, no OOM events: call torch.cuda.memory._record_memory_history() before the model is built and dump at the peak or on OOM)")
 	case c.TraceStart == "ring_buffer":
 		gaps = append(gaps, "the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost")
 	case c.TraceIncomplete:

@@ -20,10 +20,17 @@ func newDiffCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "diff BEFORE AFTER",
 		Short: "What grew between two snapshots of the same run, by site, with leak patterns and fixes",
-		Long: `diff matches the live memory of two snapshots of the same run by site (file, function,
-line — immune to address reuse), lists bytes and blocks before and after, sorted by growth, and
-recognises: a retained autograd graph, a growing container, optimizer state created on the first
-step (not a leak), or no growth.`,
+		Long: `diff first says whether the two files are two points of one run (same_run: true, false or
+unknown, with the evidence: trace clocks and the events they share, segments at the same address
+holding blocks of the same site, allocator settings, devices, workload); two points of one run
+given later-first are swapped into time order (and said so).
+
+It then matches the live memory of both by site (file, function, line — immune to address reuse)
+and by role (parameter, gradient, optimizer_state, activation, ...), compares the traces' peaks and
+who is live at each, and, for one run only, recognises: a retained autograd graph, a growing
+container, optimizer state created on the first step (not a leak), growth no site pattern explains,
+or no growth. Files of two different processes get not_comparable instead: their difference is not
+growth.`,
 		Example: `  memsnap diff step5.pickle step50.pickle
   memsnap diff before.pickle after.pickle --json`,
 		Args: cobra.ExactArgs(2),
