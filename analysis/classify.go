@@ -36,7 +36,9 @@ const cublasWorkspaceBytes = 8519680
 type marker struct {
 	ctx  stackContext
 	what string
-	test func(p, name string, cpp bool) bool
+	// test sees a frame's normalised path, its name, the name in lower case and whether it is
+	// native.
+	test func(p, n, ln string, cpp bool) bool
 }
 
 func containsAny(s string, subs ...string) bool {
@@ -51,15 +53,13 @@ func containsAny(s string, subs ...string) bool {
 // innerMarkers decide the context from the frames between the allocator and the nearest
 // model frame, innermost first: the first frame that matches any marker wins.
 var innerMarkers = []marker{
-	{ctxWorkspace, "a cuBLAS/cuDNN workspace", func(_, n string, cpp bool) bool {
-		ln := strings.ToLower(n)
+	{ctxWorkspace, "a cuBLAS/cuDNN workspace", func(p, n, ln string, cpp bool) bool {
 		return cpp && strings.Contains(ln, "workspace") && containsAny(ln, "cublas", "cuda::getnewworkspace", "blas", "cudnn")
 	}},
-	{ctxAutocast, "autocast's cast cache", func(_, n string, cpp bool) bool {
+	{ctxAutocast, "autocast's cast cache", func(p, n, ln string, cpp bool) bool {
 		return cpp && strings.Contains(n, "autocast") && strings.Contains(n, "cached_cast")
 	}},
-	{ctxCommunication, "collective communication", func(p, n string, cpp bool) bool {
-		ln := strings.ToLower(n)
+	{ctxCommunication, "collective communication", func(p, n, ln string, cpp bool) bool {
 		if cpp {
 			return strings.Contains(ln, "nccl") || strings.Contains(n, "c10d::") || strings.Contains(n, "ProcessGroup")
 		}
@@ -70,15 +70,15 @@ var innerMarkers = []marker{
 		return containsAny(p, "torch/distributed/", "/deepspeed/comm/", "/megatron/core/tensor_parallel/mappings.py",
 			"/megatron/core/distributed/")
 	}},
-	{ctxGradient, "gradient accumulation into a leaf's .grad", func(p, n string, _ bool) bool {
+	{ctxGradient, "gradient accumulation into a leaf's .grad", func(p, n, ln string, cpp bool) bool {
 		if strings.Contains(p, "/deepspeed/runtime/zero/") {
-			return strings.Contains(strings.ToLower(n), "grad") // ZeRO's gradient partitions
+			return strings.Contains(ln, "grad") // ZeRO's gradient partitions
 		}
 		return strings.Contains(n, "AccumulateGrad")
 	}},
-	{ctxBackward, "the backward pass", func(p, n string, cpp bool) bool {
+	{ctxBackward, "the backward pass", func(p, n, ln string, cpp bool) bool {
 		if cpp {
-			return strings.Contains(n, "autograd::Engine::") || backwardNodeRe.MatchString(n)
+			return strings.Contains(n, "autograd::Engine::") || (strings.Contains(n, "Backward") && backwardNodeRe.MatchString(n))
 		}
 		switch {
 		case n == "_engine_run_backward" || n == "_make_grads":
@@ -87,22 +87,21 @@ var innerMarkers = []marker{
 			return true
 		case n == "backward" && containsAny(p, "/bitsandbytes/", "torch/utils/checkpoint.py", "torch/autograd/function.py"):
 			return true // an autograd.Function's backward
-		case strings.Contains(p, "torch/_functorch/") && strings.Contains(strings.ToLower(n), "backward"):
+		case strings.Contains(p, "torch/_functorch/") && strings.Contains(ln, "backward"):
 			return true // AOTAutograd's compiled backward
 		}
 		return false
 	}},
-	{ctxKVCache, "a KV cache", func(p, n string, cpp bool) bool {
+	{ctxKVCache, "a KV cache", func(p, n, ln string, cpp bool) bool {
 		if cpp {
 			return false
 		}
-		ln := strings.ToLower(n)
 		return strings.Contains(p, "/transformers/cache_utils.py") ||
 			(strings.Contains(p, "/vllm/") && (strings.Contains(p, "cache_engine") || strings.Contains(ln, "kv_cache") || strings.Contains(p, "kv_cache"))) ||
 			(strings.Contains(p, "/sglang/") && containsAny(p, "mem_cache", "memory_pool")) ||
 			containsAny(ln, "kv_cache", "past_key_value", "allocate_kv")
 	}},
-	{ctxOptimizer, "the optimizer", func(p, n string, cpp bool) bool {
+	{ctxOptimizer, "the optimizer", func(p, n, ln string, cpp bool) bool {
 		if cpp {
 			return strings.Contains(n, "fused_adam") || strings.Contains(n, "_fused_adamw")
 		}
@@ -110,7 +109,7 @@ var innerMarkers = []marker{
 			containsAny(p, "/deepspeed/runtime/zero/stage", "/deepspeed/ops/adam", "/apex/optimizers/",
 				"/bitsandbytes/optim/", "/transformers/optimization.py", "/torchao/optim", "/megatron/core/optimizer/")
 	}},
-	{ctxParameter, "building, loading or moving the model", func(p, n string, cpp bool) bool {
+	{ctxParameter, "building, loading or moving the model", func(p, n, ln string, cpp bool) bool {
 		if cpp {
 			return false
 		}
@@ -130,9 +129,9 @@ var innerMarkers = []marker{
 		if strings.Contains(p, "torch/nn/modules/") && (n == "__init__" || n == "reset_parameters") {
 			return true
 		}
-		return isParamBuildName(n)
+		return isParamBuildName(ln)
 	}},
-	{ctxForward, "a forward computation", func(p, n string, cpp bool) bool {
+	{ctxForward, "a forward computation", func(p, n, ln string, cpp bool) bool {
 		if cpp {
 			return false
 		}
@@ -140,6 +139,22 @@ var innerMarkers = []marker{
 			containsAny(p, "torch/nn/functional.py", "torch/functional.py", "/bitsandbytes/", "/peft/", "/flash_attn/",
 				"/xformers/", "torch/utils/checkpoint.py")
 	}},
+}
+
+// The forward marker is weaker than the others (see classify); innerMarkers ends with it.
+var (
+	strongMarkers = innerMarkers[:len(innerMarkers)-1]
+	forwardMarker = innerMarkers[len(innerMarkers)-1]
+)
+
+// markerOf returns the marker of a context.
+func markerOf(c stackContext) marker {
+	for _, m := range innerMarkers {
+		if m.ctx == c {
+			return m
+		}
+	}
+	panic("analysis: no marker for a context")
 }
 
 // compiledFrame: generated or compiler frames (inductor's call, AOTAutograd, dynamo, FX
@@ -150,8 +165,8 @@ func compiledFrame(p string) bool {
 		"torch/autograd/function.py") || strings.HasPrefix(p, "<eval_with_key>")
 }
 
-func isParamBuildName(n string) bool {
-	ln := strings.ToLower(n)
+// isParamBuildName: a function whose (lower-case) name says it builds or loads weights.
+func isParamBuildName(ln string) bool {
 	return containsAny(ln, "from_pretrained", "load_state_dict", "reset_parameters", "init_weight", "load_checkpoint",
 		"load_weights", "load_model")
 }
@@ -173,15 +188,22 @@ func transparentFrame(p, n string) bool {
 var backwardNodeRe = regexp.MustCompile(`(autograd::generated::|^)[A-Za-z0-9_]+Backward[0-9]*(::apply|$)`)
 
 // inferenceHint reports a frame that says the process serves or generates (a guess).
-func inferenceHint(p, n string) bool {
+func inferenceHint(p, ln string) bool {
 	if containsAny(p, "/transformers/generation/", "/vllm/", "/sglang/", "/flexgen/", "/text_generation_server/",
 		"/diffusers/pipelines/") {
 		return true
 	}
-	ln := strings.ToLower(n)
 	return containsAny(ln, "generate", "infer", "predict", "validat", "evaluat", "sample", "decode_step") ||
 		ln == "eval"
 }
+
+// frameText is what the markers read of one frame, computed once per frame.
+type frameText struct {
+	p, n, ln string // normalised path, name, lower-case name
+	cpp      bool
+}
+
+func (m marker) matches(f frameText) bool { return m.test(f.p, f.n, f.ln, f.cpp) }
 
 // classify sets at's context, default role and evidence from its frames.
 func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, modelIdx int, noStack bool, caps snapshot.Capabilities) {
@@ -198,73 +220,70 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 		}
 		return
 	}
+	texts := make([]frameText, len(frames))
 	for i, f := range frames {
-		p := normPath(f.Filename)
+		t := frameText{p: normPath(f.Filename), n: f.Name, ln: strings.ToLower(f.Name), cpp: kinds[i] == kindCpp}
+		texts[i] = t
 		switch {
-		case strings.Contains(p, "torch/utils/_contextlib.py") && f.Name == "decorate_context":
+		case strings.Contains(t.p, "torch/utils/_contextlib.py") && t.n == "decorate_context":
 			at.noGrad = true
-		case strings.Contains(f.Name, "CompiledFunction") || (strings.Contains(p, "torch/_functorch/") && f.Name == "forward"):
+		case strings.Contains(t.n, "CompiledFunction") || (strings.Contains(t.p, "torch/_functorch/") && t.n == "forward"):
 			at.gradFn = true
 		}
-		if at.hint == "" && kinds[i] != kindCpp && kinds[i] != kindRuntime && inferenceHint(p, f.Name) {
+		if at.hint == "" && kinds[i] != kindCpp && kinds[i] != kindRuntime && inferenceHint(t.p, t.ln) {
 			at.hint = frameString(f)
 		}
 	}
-	inner := frames
+	decide := func(c stackContext, f snapshot.Frame, what string) {
+		at.ctx, at.frame = c, frameString(f)
+		setDefaultRole(at, what)
+	}
+	inner := len(frames)
 	if modelIdx >= 0 {
-		inner = frames[:modelIdx]
+		inner = modelIdx
 	}
 	// Strong markers first, innermost first, up to the first module forward: a library
 	// kernel (bitsandbytes' dequantize, a functional op) runs in forward and backward alike, so
 	// an autograd.Function's backward outside it decides. Forward markers decide only when no
 	// strong marker is that near.
-	compiled, weak := "", -1
-	strong := innerMarkers[:len(innerMarkers)-1]
-	forwardMarker := innerMarkers[len(innerMarkers)-1]
-	for i, f := range inner {
-		p, cpp := normPath(f.Filename), snapshot.IsCppFrame(f)
-		if !cpp && strings.Contains(p, "torch/nn/modules/") && f.Name == "forward" {
+	compiled, weak := -1, -1
+	for i, t := range texts[:inner] {
+		if !t.cpp && strings.Contains(t.p, "torch/nn/modules/") && t.n == "forward" {
 			if weak < 0 {
 				weak = i
 			}
 			break
 		}
-		for _, m := range strong {
-			if m.test(p, f.Name, cpp) {
-				at.ctx, at.frame = m.ctx, frameString(f)
-				setDefaultRole(at, m.what)
+		for _, m := range strongMarkers {
+			if m.matches(t) {
+				decide(m.ctx, frames[i], m.what)
 				return
 			}
 		}
-		if weak < 0 && forwardMarker.test(p, f.Name, cpp) {
+		switch {
+		case weak >= 0:
+		case forwardMarker.matches(t):
 			weak = i
-		}
-		if compiled == "" && !cpp && compiledFrame(p) {
-			compiled = frameString(f)
+		case compiled < 0 && !t.cpp && compiledFrame(t.p):
+			compiled = i
 		}
 	}
 	if weak >= 0 {
-		at.ctx, at.frame = ctxForward, frameString(inner[weak])
-		setDefaultRole(at, forwardMarker.what)
+		decide(ctxForward, frames[weak], forwardMarker.what)
 		return
 	}
-	if compiled != "" {
+	if compiled >= 0 {
 		// Inductor's generated code sits under copies of the model frames it was compiled from,
 		// in the forward and the backward graph alike: a backward graph is run by AOTAutograd's
 		// backward on the autograd engine's thread, with no user frame outside it.
-		if modelIdx >= 0 {
-			for j := len(frames) - 1; j > modelIdx && !kinds[j].isModel(); j-- {
-				f := frames[j]
-				p, cpp := normPath(f.Filename), snapshot.IsCppFrame(f)
-				if m := innerMarkers[4]; m.ctx == ctxBackward && !cpp && m.test(p, f.Name, cpp) {
-					at.ctx, at.frame = m.ctx, frameString(f)
-					setDefaultRole(at, m.what+" (a compiled graph)")
-					return
-				}
+		backward := markerOf(ctxBackward)
+		for j := len(frames) - 1; modelIdx >= 0 && j > modelIdx && !kinds[j].isModel(); j-- {
+			if !texts[j].cpp && backward.matches(texts[j]) {
+				decide(ctxBackward, frames[j], backward.what+" (a compiled graph)")
+				return
 			}
 		}
-		at.ctx, at.frame = ctxForward, compiled
-		setDefaultRole(at, "a compiled forward graph")
+		decide(ctxForward, frames[compiled], "a compiled forward graph")
 		return
 	}
 	if modelIdx < 0 {
@@ -275,36 +294,33 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 	// The model/user frames and their callers: forward when a model's forward (or a module
 	// call) is in the chain; an optimizer step when the user's code is called by the optimizer;
 	// model building by name.
-	forward := ""
+	forward := -1
 	for j := modelIdx; j < len(frames); j++ {
-		f, k := frames[j], kinds[j]
-		p := normPath(f.Filename)
+		t, k := texts[j], kinds[j]
 		switch {
 		case k.isModel():
-			if forward == "" && (f.Name == "forward" || f.Name == "__call__") {
-				forward = frameString(f)
+			if forward < 0 && (t.n == "forward" || t.n == "__call__") {
+				forward = j
 			}
-			if forward == "" && (isParamBuildName(f.Name) || (j == modelIdx && f.Name == "__init__")) {
-				at.ctx, at.frame = ctxParameter, frameString(f)
-				setDefaultRole(at, "building, loading or moving the model")
+			if forward < 0 && (isParamBuildName(t.ln) || (j == modelIdx && t.n == "__init__")) {
+				decide(ctxParameter, frames[j], "building, loading or moving the model")
 				return
 			}
 			continue
 		case k == kindCpp || k == kindRuntime:
 			continue
-		case transparentFrame(p, f.Name):
-			if forward == "" && strings.Contains(p, "torch/nn/modules/module.py") {
-				forward = frameString(frames[j-1])
+		case transparentFrame(t.p, t.n):
+			if forward < 0 && strings.Contains(t.p, "torch/nn/modules/module.py") {
+				forward = j - 1 // the module whose forward this call runs
 			}
 			continue
 		}
 		// The first frame that is neither the user's nor a wrapper: only an optimizer or a
 		// model loader decides here (it called the user's own step or init code).
-		if forward == "" {
-			for _, m := range innerMarkers {
-				if (m.ctx == ctxOptimizer || m.ctx == ctxParameter) && m.test(p, f.Name, false) {
-					at.ctx, at.frame = m.ctx, frameString(f)
-					setDefaultRole(at, m.what)
+		if forward < 0 {
+			for _, c := range []stackContext{ctxOptimizer, ctxParameter} {
+				if m := markerOf(c); m.test(t.p, t.n, t.ln, false) {
+					decide(c, frames[j], m.what)
 					at.Evidence += " (it calls this code)"
 					return
 				}
@@ -312,41 +328,35 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 		}
 		break
 	}
-	if forward != "" {
-		at.ctx, at.frame = ctxForward, forward
-		setDefaultRole(at, "a forward computation")
+	if forward >= 0 {
+		decide(ctxForward, frames[forward], "a forward computation")
 		return
 	}
 	at.ctx = ctxUser
 	at.Evidence = "your code outside any forward, backward or optimizer frame"
 }
 
+// ctxRoles is the role each context has before timing refines it.
+var ctxRoles = map[stackContext]string{
+	ctxWorkspace:     CategoryWorkspace,
+	ctxAutocast:      CategoryAutocastCache,
+	ctxCommunication: CategoryCommunication,
+	ctxGradient:      CategoryGradient,
+	ctxBackward:      CategoryBackwardTemporary,
+	ctxKVCache:       CategoryKVCache,
+	ctxOptimizer:     CategoryOptimizerState,
+	ctxParameter:     CategoryParameter,
+	ctxForward:       CategoryActivation,
+}
+
 // setDefaultRole gives the role a context has before timing refines it.
 func setDefaultRole(at *Attribution, what string) {
-	switch at.ctx {
-	case ctxWorkspace:
-		at.Category = CategoryWorkspace
-	case ctxAutocast:
-		at.Category = CategoryAutocastCache
-	case ctxCommunication:
-		at.Category = CategoryCommunication
-	case ctxGradient:
-		at.Category = CategoryGradient
-	case ctxBackward:
-		at.Category = CategoryBackwardTemporary
-	case ctxKVCache:
-		at.Category = CategoryKVCache
-	case ctxOptimizer:
-		at.Category = CategoryOptimizerState
-	case ctxParameter:
-		at.Category = CategoryParameter
-	case ctxForward:
-		at.Category = CategoryActivation
-		if at.noGrad {
-			at.Category = CategoryTemporary
-		}
-	default:
+	at.Category = ctxRoles[at.ctx]
+	switch {
+	case at.Category == "":
 		at.Category = CategoryOther
+	case at.ctx == ctxForward && at.noGrad:
+		at.Category = CategoryTemporary
 	}
 	at.Evidence = "allocated in " + what + " (" + at.frame + ")"
 }

@@ -18,6 +18,7 @@ type Roles struct {
 	a      *Attributor
 	devs   map[int]*deviceRoles
 	params map[devSize]string // a live parameter site per (device, block size)
+	ctxs   []int8             // stack id + 1 -> context + 1 (0: not yet classified)
 }
 
 type devSize struct {
@@ -49,16 +50,20 @@ type lifeStats struct {
 
 // deviceRoles is the trace context of one device.
 type deviceRoles struct {
-	hasTrace   bool
-	phases     []phase // per event: the phase the device was in
-	stats      map[snapshot.StackID]*lifeStats
+	evs           []snapshot.Event
+	hasTrace      bool
+	phases        []phase // per event: the phase the device was in
+	allocs        [4]int  // alloc events per phase
+	allocsByStack map[snapshot.StackID]int
+	firstFrame    [4]string // the frame that first put the device in each phase
+	hasBackward   bool      // the trace or the live blocks show a backward pass
+	steps         StepInfo
+	workload      string
+	evidence      string
+	// lifetimes (see Roles.lifetimes), nil until first needed
+	stats      []lifeStats      // by stack id + 1 (NoStack is -1)
 	finalAlloc map[uint64]int   // address of a block alive at the end -> its alloc event
 	preFree    map[uint64]phase // address of a block alive before the trace -> phase of its free
-	allocs     [4]int           // alloc events per phase
-	firstFrame [4]string        // the frame that first put the device in each phase
-	steps      StepInfo
-	workload   string
-	evidence   string
 }
 
 // StepInfo says where a device's steps start.
@@ -98,7 +103,16 @@ func (r *Roles) Stack(dev int, id snapshot.StackID) Attribution {
 	if at.ctx == ctxNone {
 		return at
 	}
-	return r.refine(r.device(dev), at, id)
+	return r.refine(r.deviceLifetimes(dev), at, id)
+}
+
+// deviceLifetimes is device with its lifetimes computed.
+func (r *Roles) deviceLifetimes(dev int) *deviceRoles {
+	d := r.device(dev)
+	if d.hasTrace {
+		r.lifetimes(d)
+	}
+	return d
 }
 
 // Block is the role of a block of the file's final state on device dev.
@@ -109,7 +123,7 @@ func (r *Roles) Block(dev int, b snapshot.Block) Attribution {
 
 // BlockInfo is Block plus the trace event that allocated the block (-1: none in the trace).
 func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
-	d := r.device(dev)
+	d := r.deviceLifetimes(dev)
 	idx := -1
 	if i, ok := d.finalAlloc[b.Address]; ok && b.State != snapshot.StateInactive {
 		idx = i
@@ -147,7 +161,7 @@ func (r *Roles) pythonOnlyWorkspace(at Attribution, size int64) (Attribution, bo
 // Live is the role of a block alive during a replay: allocated at trace event allocIdx (-1:
 // before the trace) from stack, at address addr.
 func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, allocIdx int) Attribution {
-	d := r.device(dev)
+	d := r.deviceLifetimes(dev)
 	if allocIdx < 0 && stack == snapshot.NoStack {
 		at := Attribution{SiteIdentity: SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone}, Category: CategoryOther}
 		return r.frameless(dev, d, at, addr, size, -1, false)
@@ -171,20 +185,8 @@ func (r *Roles) Workload(dev int) (string, string) {
 	return d.workload, d.evidence
 }
 
-// PhaseAt is the phase name of trace event i of device dev ("" when unknown).
-func (r *Roles) PhaseAt(dev, i int) string {
-	d := r.device(dev)
-	if i < 0 || i >= len(d.phases) {
-		return ""
-	}
-	return phaseNames[d.phases[i]]
-}
-
 // HasBackward reports whether device dev's trace or live blocks show a backward pass.
-func (r *Roles) HasBackward(dev int) bool {
-	d := r.device(dev)
-	return d.allocs[phaseBackward] > 0
-}
+func (r *Roles) HasBackward(dev int) bool { return r.device(dev).hasBackward }
 
 func phaseOfCtx(c stackContext) phase {
 	switch c {
@@ -222,19 +224,17 @@ func optimizerWindows(snap *snapshot.Snapshot, dev int) [][2]int64 {
 	return out
 }
 
-// device computes (once) the trace context of dev.
+// device computes (once) the trace context of dev that every answer needs: the phase of each
+// event, steps and workload. How allocations ended (lifetimes) is computed on first use.
 func (r *Roles) device(dev int) *deviceRoles {
 	if d := r.devs[dev]; d != nil {
 		return d
 	}
-	d := &deviceRoles{stats: map[snapshot.StackID]*lifeStats{}, finalAlloc: map[uint64]int{}, preFree: map[uint64]phase{}}
+	d := &deviceRoles{allocsByStack: map[snapshot.StackID]int{}}
 	r.devs[dev] = d
-	var evs []snapshot.Event
-	if dev >= 0 && dev < len(r.snap.DeviceTraces) {
-		evs = r.snap.DeviceTraces[dev]
-	}
+	d.evs = r.traceOf(dev)
 	state := 0 // one event (the max_entries=1 "state only" pattern) is not a trace
-	for _, ev := range evs {
+	for _, ev := range d.evs {
 		if ev.Action != snapshot.ActionSnapshot {
 			if state++; state >= 2 {
 				d.hasTrace = true
@@ -243,16 +243,43 @@ func (r *Roles) device(dev int) *deviceRoles {
 		}
 	}
 	if d.hasTrace {
-		r.tracePass(dev, d, evs)
+		r.phasePass(dev, d)
 	}
-	d.steps = r.findSteps(dev, d, evs)
+	d.steps = r.findSteps(dev, d, d.evs)
 	d.workload, d.evidence = r.workload(dev, d)
 	return d
 }
 
-// tracePass gives every event its phase and counts how each stack's allocations ended.
-func (r *Roles) tracePass(dev int, d *deviceRoles, evs []snapshot.Event) {
-	d.phases = make([]phase, len(evs))
+func (r *Roles) traceOf(dev int) []snapshot.Event {
+	if dev >= 0 && dev < len(r.snap.DeviceTraces) {
+		return r.snap.DeviceTraces[dev]
+	}
+	return nil
+}
+
+// stackCtx is the context of a stack, cached in a slice (stack ids are dense).
+func (r *Roles) stackCtx(id snapshot.StackID) (stackContext, string) {
+	if r.ctxs == nil {
+		r.ctxs = make([]int8, len(r.snap.Stacks)+1)
+	}
+	i := int(id) + 1 // NoStack is -1
+	if i < 0 || i >= len(r.ctxs) {
+		at := r.a.Attribute(r.snap, id)
+		return at.ctx, at.frame
+	}
+	if r.ctxs[i] == 0 {
+		at := r.a.Attribute(r.snap, id)
+		r.ctxs[i] = int8(at.ctx) + 1
+		return at.ctx, at.frame
+	}
+	return stackContext(r.ctxs[i] - 1), ""
+}
+
+// phasePass gives every event the phase the device was in: the context of the latest
+// allocation that says forward, backward or optimizer (Optimizer.step annotation windows
+// override; with stacks="python" a frameless allocation is the autograd engine's).
+func (r *Roles) phasePass(dev int, d *deviceRoles) {
+	d.phases = make([]phase, len(d.evs))
 	windows := optimizerWindows(r.snap, dev)
 	inWindow := func(t int64) bool {
 		for _, w := range windows {
@@ -262,6 +289,54 @@ func (r *Roles) tracePass(dev int, d *deviceRoles, evs []snapshot.Event) {
 		}
 		return false
 	}
+	note := func(p phase, frame string) {
+		if p != phaseNone && d.firstFrame[p] == "" {
+			d.firstFrame[p] = frame
+		}
+	}
+	cur := phaseNone
+	pythonOnly := r.snap.Caps.PythonOnly
+	for i, ev := range d.evs {
+		if ev.Action == snapshot.ActionAlloc {
+			c, frame := r.stackCtx(ev.Stack)
+			p := phaseOfCtx(c)
+			note(p, frame)
+			if pythonOnly && c == ctxNone && ev.Stack == snapshot.EmptyStack {
+				p = phaseBackward
+				note(p, "allocations without Python frames, which stacks=\"python\" records for the autograd engine")
+			}
+			if len(windows) > 0 && ev.TimeUS > 0 && inWindow(ev.TimeUS) {
+				p = phaseOptimizer
+				note(p, "the Optimizer.step annotation")
+			}
+			if p != phaseNone {
+				cur = p
+			}
+			d.allocs[cur]++
+			d.allocsByStack[ev.Stack]++
+		}
+		d.phases[i] = cur
+	}
+}
+
+// stat is the lifetime counts of a stack (ids beyond the file's stacks grow the table).
+func (d *deviceRoles) stat(id snapshot.StackID) *lifeStats {
+	i := max(int(id)+1, 0)
+	if i >= len(d.stats) {
+		d.stats = append(d.stats, make([]lifeStats, i+1-len(d.stats))...)
+	}
+	return &d.stats[i]
+}
+
+// lifetimes computes (once) how each stack's allocations ended relative to the phase run that
+// made them (a run: consecutive events in one phase), which blocks alive at the end were
+// allocated in the trace, and in which phase blocks alive before the trace were freed.
+func (r *Roles) lifetimes(d *deviceRoles) {
+	if d.stats != nil {
+		return
+	}
+	d.stats = make([]lifeStats, len(r.snap.Stacks)+1)
+	d.finalAlloc, d.preFree = map[uint64]int{}, map[uint64]phase{}
 	type liveRec struct {
 		stack snapshot.StackID
 		run   int32
@@ -269,51 +344,19 @@ func (r *Roles) tracePass(dev int, d *deviceRoles, evs []snapshot.Event) {
 		idx   int32
 		freed bool
 	}
-	live := make(map[uint64]liveRec, 1024)
-	ctxs := map[snapshot.StackID]stackContext{}
-	cur, run := phaseNone, int32(0)
-	pythonOnly := r.snap.Caps.PythonOnly
-	for i, ev := range evs {
+	// Sized for the addresses a trace touches (far fewer than its events: the allocator reuses them).
+	live := make(map[uint64]liveRec, min(len(d.evs)/8+1024, 1<<22))
+	run, prev := int32(0), phaseNone
+	for i, ev := range d.evs {
+		cur := d.phases[i]
+		if cur != prev {
+			run, prev = run+1, cur
+		}
 		switch ev.Action {
 		case snapshot.ActionAlloc:
-			c, ok := ctxs[ev.Stack]
-			if !ok {
-				at := r.a.Attribute(r.snap, ev.Stack)
-				c = at.ctx
-				ctxs[ev.Stack] = c
-				if p := phaseOfCtx(c); p != phaseNone && d.firstFrame[p] == "" {
-					d.firstFrame[p] = at.frame
-				}
-			}
-			p := phaseOfCtx(c)
-			if pythonOnly && c == ctxNone && ev.Stack == snapshot.EmptyStack {
-				// stacks="python": only the autograd engine's threads allocate without a Python frame
-				p = phaseBackward
-				if d.firstFrame[p] == "" {
-					d.firstFrame[p] = "allocations without Python frames, which stacks=\"python\" records for the autograd engine"
-				}
-			}
-			if ev.TimeUS > 0 && len(windows) > 0 && inWindow(ev.TimeUS) {
-				p = phaseOptimizer
-				if d.firstFrame[p] == "" {
-					d.firstFrame[p] = "the Optimizer.step annotation"
-				}
-			}
-			if p != phaseNone && p != cur {
-				cur = p
-				run++
-			}
-			d.phases[i] = cur
-			d.allocs[cur]++
-			s := d.stats[ev.Stack]
-			if s == nil {
-				s = &lifeStats{}
-				d.stats[ev.Stack] = s
-			}
-			s.allocs++
+			d.stat(ev.Stack).allocs++
 			live[ev.Addr] = liveRec{stack: ev.Stack, run: run, ph: cur, idx: int32(i)}
 		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-			d.phases[i] = cur
 			b, ok := live[ev.Addr]
 			if !ok {
 				if _, seen := d.preFree[ev.Addr]; !seen {
@@ -322,7 +365,7 @@ func (r *Roles) tracePass(dev int, d *deviceRoles, evs []snapshot.Event) {
 				continue
 			}
 			if !b.freed {
-				s := d.stats[b.stack]
+				s := d.stat(b.stack)
 				switch {
 				case b.run == run:
 					s.sameRun++
@@ -340,15 +383,13 @@ func (r *Roles) tracePass(dev int, d *deviceRoles, evs []snapshot.Event) {
 			if ev.Action == snapshot.ActionFreeCompleted {
 				delete(live, ev.Addr)
 			}
-		default:
-			d.phases[i] = cur
 		}
 	}
 	for addr, b := range live {
 		if b.freed {
 			continue
 		}
-		s := d.stats[b.stack]
+		s := d.stat(b.stack)
 		s.alive++
 		if b.ph == phaseBackward && b.run != run {
 			s.outlivedBw++
@@ -449,8 +490,8 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 			hint = at.hint
 		}
 	}
-	for id, s := range d.stats {
-		look(id, s.allocs)
+	for id, n := range d.allocsByStack {
+		look(id, n)
 	}
 	for si := range r.snap.Segments {
 		s := &r.snap.Segments[si]
@@ -463,6 +504,7 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 			}
 		}
 	}
+	d.hasBackward = bw > 0
 	switch {
 	case bw > 0 || opt > 0:
 		var parts []string
@@ -516,7 +558,10 @@ func majority(n, of int) bool { return of > 0 && 2*n > of }
 // refine settles the roles that depend on timing, from how the trace's allocations of the stack
 // ended.
 func (r *Roles) refine(d *deviceRoles, at Attribution, id snapshot.StackID) Attribution {
-	s := d.stats[id]
+	var s *lifeStats
+	if int(id)+1 < len(d.stats) && d.stats[id+1].allocs > 0 {
+		s = &d.stats[id+1]
+	}
 	training := d.allocs[phaseBackward] > 0
 	switch at.ctx {
 	case ctxForward:
