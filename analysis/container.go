@@ -25,11 +25,11 @@ const minContainerBlocks = 3
 // blocks, 90% or more of them the same size, from one line of the user's own code whose role is
 // "other" (no forward, backward, optimizer, model-building or communication frame near the
 // allocation). Such memory is typically a Python list or dict that keeps one tensor per step
-// (history.append(x)). steps is how many steps the blocks were allocated in (at least 2 is
-// required when known); guess says the file cannot show steps (no trace). It returns the
-// evidence, or "" when the site is not a container.
-func containerEvidence(site SiteIdentity, h sizeHist, steps int, guess bool) string {
-	if site.Kind != SiteKindUser || site.UserSite == "" || (!guess && steps < 2) {
+// (history.append(x)). across is the caller's proof that the blocks accumulate across steps
+// ("allocated in 3 different steps", "grew from 5 to 50 blocks between the two snapshots"), or
+// acrossNoTrace for a guess. It returns the evidence, or "" when the site is not a container.
+func containerEvidence(site SiteIdentity, h sizeHist, across string) string {
+	if site.Kind != SiteKindUser || site.UserSite == "" || across == "" {
 		return ""
 	}
 	size, count, total := h.dominant()
@@ -40,14 +40,21 @@ func containerEvidence(site SiteIdentity, h sizeHist, steps int, guess bool) str
 	if site.Function != "" {
 		ev += " in " + site.Function
 	}
-	ev += ") outside the forward and backward passes"
-	if guess {
-		ev = "guess: " + ev + "; the file has no trace, so it cannot show that they come from different steps"
-	} else {
-		ev += fmt.Sprintf(", allocated in %d different steps", steps)
+	ev += ") outside the forward and backward passes, " + across
+	if across == acrossNoTrace {
+		ev = "guess: " + ev
 	}
-	ev += ": a container (list, dict, deque) keeping one tensor per step, e.g. history.append(x); store x.detach().cpu() or x.item(), or bound the container"
-	return ev
+	return ev + ": a container (list, dict, deque) keeping one tensor per step, e.g. history.append(x); store x.detach().cpu() or x.item(), or bound the container"
+}
+
+// Why blocks accumulate across steps, as containerEvidence takes it.
+const acrossNoTrace = "but the file has no trace, so it cannot show that they come from different steps"
+
+func acrossSteps(steps int) string {
+	if steps < 2 {
+		return ""
+	}
+	return fmt.Sprintf("allocated in %d different steps", steps)
 }
 
 // containerGuess is containerEvidence for live blocks of device dev allocated at the given trace
@@ -56,7 +63,7 @@ func containerEvidence(site SiteIdentity, h sizeHist, steps int, guess bool) str
 func (r *Roles) containerGuess(dev int, site SiteIdentity, h sizeHist, allocs []int) string {
 	d := r.device(dev)
 	if !d.hasTrace {
-		return containerEvidence(site, h, 0, true)
+		return containerEvidence(site, h, acrossNoTrace)
 	}
-	return containerEvidence(site, h, stepsSpanned(d.steps.Starts, allocs), false)
+	return containerEvidence(site, h, acrossSteps(stepsSpanned(d.steps.Starts, allocs)))
 }

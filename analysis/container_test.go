@@ -23,25 +23,24 @@ func TestContainerGuess(t *testing.T) {
 	torch := SiteIdentity{Site: "adam.py:9", Kind: SiteKindTorch}
 	none := SiteIdentity{Site: SiteNoPython, Kind: SiteKindNone}
 	tests := []struct {
-		name  string
-		site  SiteIdentity
-		h     sizeHist
-		steps int
-		guess bool
-		want  string // substring of the evidence, "" = not a container
+		name   string
+		site   SiteIdentity
+		h      sizeHist
+		across string
+		want   string // substring of the evidence, "" = not a container
 	}{
-		{"state-only guess", user, hist(mib, mib, mib), 0, true, "guess: 3 live blocks of 1.0 MiB each"},
-		{"90% one size", user, hist(nine...), 0, true, "9 live blocks of 4 B each"},
-		{"across steps", user, hist(mib, mib, mib), 3, false, "allocated in 3 different steps"},
-		{"one step is not a container", user, hist(mib, mib, mib), 1, false, ""},
-		{"two blocks", user, hist(mib, mib), 0, true, ""},
-		{"mixed sizes (loss + log_softmax)", user, hist(512, 512, 512, 4*mib, 4*mib, 4*mib), 0, true, ""},
-		{"model library is not the user's code", modelLib, hist(mib, mib, mib), 3, false, ""},
-		{"torch site", torch, hist(mib, mib, mib), 3, false, ""},
-		{"no python frame", none, hist(mib, mib, mib), 3, false, ""},
+		{"state-only guess", user, hist(mib, mib, mib), acrossNoTrace, "guess: 3 live blocks of 1.0 MiB each"},
+		{"90% one size", user, hist(nine...), acrossNoTrace, "9 live blocks of 4 B each"},
+		{"across steps", user, hist(mib, mib, mib), acrossSteps(3), "allocated in 3 different steps"},
+		{"one step is not a container", user, hist(mib, mib, mib), acrossSteps(1), ""},
+		{"two blocks", user, hist(mib, mib), acrossNoTrace, ""},
+		{"mixed sizes (loss + log_softmax)", user, hist(512, 512, 512, 4*mib, 4*mib, 4*mib), acrossNoTrace, ""},
+		{"model library is not the user's code", modelLib, hist(mib, mib, mib), acrossSteps(3), ""},
+		{"torch site", torch, hist(mib, mib, mib), acrossSteps(3), ""},
+		{"no python frame", none, hist(mib, mib, mib), acrossSteps(3), ""},
 	}
 	for _, tc := range tests {
-		got := containerEvidence(tc.site, tc.h, tc.steps, tc.guess)
+		got := containerEvidence(tc.site, tc.h, tc.across)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: evidence %q, want %q", tc.name, got, tc.want)
 		}

@@ -194,7 +194,11 @@ func diffSites(before, after *snapshot.Snapshot, rb, ra *Roles, device int, r *D
 			if d.BlocksAfter == 0 {
 				h = x.sizes[0]
 			}
-			if ev := containerEvidence(d.SiteIdentity, h, 2, false); ev != "" {
+			var across string // only growth between two points of one run shows accumulation
+			if r.sameRun() && d.BlocksAfter > d.BlocksBefore {
+				across = fmt.Sprintf("grew from %d to %d blocks between the two snapshots", d.BlocksBefore, d.BlocksAfter)
+			}
+			if ev := containerEvidence(d.SiteIdentity, h, across); ev != "" {
 				d.Category, d.Evidence = CategoryUserContainer, ev
 			}
 		}

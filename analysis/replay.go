@@ -120,8 +120,7 @@ type ReplayResult struct {
 	// material at the peak: what activation checkpointing could save there.
 	CheckpointingAdvice string       `json:"checkpointing_advice,omitempty"`
 	DelayedFrees        DelayedFrees `json:"delayed_frees"`
-	// IterationSource says where iterations come from: "annotations" (ProfilerStep#N),
-	// "periodicity" (the trace's repeating allocation sequence) or "none".
+	// IterationSource says where steps come from (see StepInfo.Source); Iterations counts them.
 	IterationSource string `json:"iteration_source"`
 	Iterations      int    `json:"iterations"`
 	// IterationPeriodAllocs / IterationPeriodEvents: the length of one iteration in alloc events
@@ -841,7 +840,7 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[s
 			rs.Expected = true
 			rs.Evidence = "optimizer state created by the first optimizer step and kept: expected, not a leak"
 		} else if rs.Category == CategoryOther {
-			if ev := containerEvidence(rs.SiteIdentity, g.sizes, iters, false); ev != "" {
+			if ev := containerEvidence(rs.SiteIdentity, g.sizes, acrossSteps(iters)); ev != "" {
 				rs.Category, rs.Evidence = CategoryUserContainer, ev
 			}
 		}
