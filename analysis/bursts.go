@@ -192,15 +192,7 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 		b.Advice = burstAdvice(b, len(streams))
 		out = append(out, *b)
 	}
-	slices.SortStableFunc(out, func(x, y SegmentBurst) int {
-		if x.Bytes != y.Bytes {
-			if x.Bytes > y.Bytes {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(x.Kind, y.Kind)
-	})
+	slices.SortStableFunc(out, func(x, y SegmentBurst) int { return largestFirst(x.Bytes, y.Bytes, x.Kind, y.Kind) })
 	return out
 }
 

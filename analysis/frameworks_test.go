@@ -23,12 +23,22 @@ func shortTruthSite(s string) string {
 // roleTable sums bytes and blocks per (site, user_site, role); frameless sites collapse to "".
 type roleKey struct{ site, userSite, role string }
 
-func truthTable(rows []sim.FwRow) map[roleKey][2]int64 {
-	out := map[roleKey][2]int64{}
+// roleTable is bytes and blocks per roleKey.
+type roleTable map[roleKey][2]int64
+
+func (t roleTable) addKey(k roleKey, bytes, blocks int64) {
+	v := t[k]
+	t[k] = [2]int64{v[0] + bytes, v[1] + blocks}
+}
+
+func (t roleTable) add(s SiteIdentity, role string, bytes int64, blocks int) {
+	t.addKey(siteKeyOf(s, role), bytes, int64(blocks))
+}
+
+func truthTable(rows []sim.FwRow) roleTable {
+	out := roleTable{}
 	for _, r := range rows {
-		k := roleKey{shortTruthSite(r.Site), shortTruthSite(r.UserSite), r.Role}
-		v := out[k]
-		out[k] = [2]int64{v[0] + r.Bytes, v[1] + r.Blocks}
+		out.addKey(roleKey{shortTruthSite(r.Site), shortTruthSite(r.UserSite), r.Role}, r.Bytes, r.Blocks)
 	}
 	return out
 }
@@ -49,7 +59,7 @@ var knownFrameworkGaps = map[string][]roleKey{
 	"fw_deepspeed_zero2.pickle": {{"ds_train.py:40", "ds_train.py:40", CategoryParameter}, {"ds_train.py:40", "ds_train.py:40", CategoryOptimizerState}},
 }
 
-func diffTables(t *testing.T, what string, got, want map[roleKey][2]int64, gaps []roleKey) {
+func diffTables(t *testing.T, what string, got, want roleTable, gaps []roleKey) {
 	t.Helper()
 	keys := map[roleKey]bool{}
 	for k := range got {
@@ -82,11 +92,9 @@ func TestFrameworkShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[roleKey][2]int64{}
+			got := roleTable{}
 			for _, s := range ts.Sites {
-				k := siteKeyOf(s.SiteIdentity, s.Category)
-				v := got[k]
-				got[k] = [2]int64{v[0] + s.Bytes, v[1] + int64(s.Blocks)}
+				got.add(s.SiteIdentity, s.Category, s.Bytes, s.Blocks)
 			}
 			diffTables(t, "final", got, truthTable(truth.Final), gaps)
 
@@ -97,11 +105,9 @@ func TestFrameworkShapes(t *testing.T) {
 			if r.PeakAllocatedBytes != truth.PeakBytes || r.PeakAllocatedEvent != truth.PeakEvent {
 				t.Errorf("peak %d at %d, want %d at %d", r.PeakAllocatedBytes, r.PeakAllocatedEvent, truth.PeakBytes, truth.PeakEvent)
 			}
-			peak := map[roleKey][2]int64{}
+			peak := roleTable{}
 			for _, s := range r.PeakSites {
-				k := siteKeyOf(s.SiteIdentity, s.Category)
-				v := peak[k]
-				peak[k] = [2]int64{v[0] + s.Bytes, v[1] + int64(s.Blocks)}
+				peak.add(s.SiteIdentity, s.Category, s.Bytes, s.Blocks)
 			}
 			diffTables(t, "peak", peak, truthTable(truth.Peak), gaps)
 
