@@ -213,7 +213,7 @@ var fieldDocs = map[string]string{
 	"ReplayResult.WorkloadEvidence":      "The frames and counts the workload comes from; guess marks a guess",
 	"ReplayResult.CheckpointingAdvice":   "Set only when the trace shows a backward pass and activations hold at least a fifth of the peak: what activation checkpointing could save",
 	"ReplayResult.DelayedFrees":          "Frees completed later than requested because another stream still used the block (record_stream)",
-	"ReplayResult.IterationSource":       "Where iterations come from: annotations (ProfilerStep#N), periodicity (the trace's repeating allocation sequence) or none",
+	"ReplayResult.IterationSource":       "Where steps come from: annotations (ProfilerStep#N), phases (a forward pass after a backward pass or an optimizer step), periodicity (a repeating allocation sequence: only for traces without frames, a guess) or none (no step boundary visible: nothing can be said to grow step to step)",
 	"ReplayResult.Iterations":            "Iterations found in the trace",
 	"ReplayResult.IterationPeriodAllocs": "Length of one iteration in alloc events (the detected period)",
 	"ReplayResult.IterationPeriodEvents": "Length of one iteration in trace events (median distance between iteration starts)",

@@ -21,13 +21,15 @@ func newReplayCmd() *cobra.Command {
 		Use:   "replay PATH",
 		Short: "Replay the trace: peak and who held it, delayed frees, leaks per iteration, the sawtooth, garbage-collector frees",
 		Long: `replay walks each device's trace (device_traces) event by event and rebuilds allocated and
-reserved memory over time. It reports the peak and the sites live at the peak (with the forward
-activations that activation checkpointing could free), frees delayed by another stream
-(record_stream), sites that allocate every iteration without freeing, iterations (from
-ProfilerStep#N annotations, or else from the trace's own repeating allocation sequence) with the
-per-iteration sawtooth and growth, and frees made by the garbage collector (reference cycles).
-It says what the file cannot tell: no trace, a trace that starts late or overflowed its ring
-buffer, frees without stacks.`,
+reserved memory over time. It reports the peak and the sites live at the peak, each with its
+role and user_site; the workload (training, inference, unknown); activation checkpointing advice
+only when a backward pass is visible and activations are material; frees delayed by another
+stream (record_stream); steps (ProfilerStep#N annotations, or a forward pass after a backward
+pass or an optimizer step; never repeated layers) with the per-step sawtooth and growth; sites
+that allocate in every step without freeing (first-step optimizer state is marked expected);
+empty_cache() and cudaMalloc-retry bursts; and frees made by the garbage collector (reference
+cycles). It says what the file cannot tell: no trace, a trace that starts late or wrapped its
+ring buffer, frees without stacks.`,
 		Example: `  memsnap replay snapshot.pickle
   memsnap replay snapshot.pickle --device 1 --json`,
 		Args: cobra.ExactArgs(1),
