@@ -86,14 +86,15 @@ func (s SiteIdentity) key() string {
 // Roles table, which reads the trace.
 type Attribution struct {
 	SiteIdentity
-	Category string   `json:"category"`
-	Evidence string   `json:"evidence"`
-	Stack    []string `json:"stack"`
-	ctx      stackContext
-	frame    string // the deciding frame, rendered
-	noGrad   bool   // a no_grad / inference_mode decorator is on the stack
-	gradFn   bool   // runs inside an autograd.Function forward (grad is enabled)
-	hint     string // a frame that says the workload is inference (generate, serving engines)
+	Category    string   `json:"category"`
+	Evidence    string   `json:"evidence"`
+	Stack       []string `json:"stack"`
+	ctx         stackContext
+	frame       string // the deciding frame, rendered
+	noGrad      bool   // a no_grad / inference_mode decorator is on the stack
+	gradFn      bool   // runs inside an autograd.Function forward (grad is enabled)
+	gradFnFrame string // the frame that says so
+	hint        string // a frame that says the workload is inference (generate, serving engines)
 }
 
 type frameKind uint8

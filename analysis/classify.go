@@ -227,8 +227,8 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 		switch {
 		case strings.Contains(t.p, "torch/utils/_contextlib.py") && t.n == "decorate_context":
 			at.noGrad = true
-		case strings.Contains(t.n, "CompiledFunction") || (strings.Contains(t.p, "torch/_functorch/") && t.n == "forward"):
-			at.gradFn = true
+		case !at.gradFn && (strings.Contains(t.n, "CompiledFunction") || (strings.Contains(t.p, "torch/_functorch/") && t.n == "forward")):
+			at.gradFn, at.gradFnFrame = true, frameString(f)
 		}
 		if at.hint == "" && kinds[i] != kindCpp && kinds[i] != kindRuntime && inferenceHint(t.p, t.ln) {
 			at.hint = frameString(f)

@@ -466,7 +466,7 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 			if at.gradFn {
 				fwdGradFn += n
 				if gradFnFrame == "" {
-					gradFnFrame = at.frame
+					gradFnFrame = at.gradFnFrame
 				}
 			}
 		case ctxBackward, ctxGradient:

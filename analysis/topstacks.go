@@ -209,11 +209,11 @@ func capsNotes(snap *snapshot.Snapshot, noStack, emptyStack int) []string {
 			out = append(out, fmt.Sprintf("%d blocks have no recorded stack", noStack))
 		}
 		if emptyStack > 0 {
+			why := "allocated before recording started"
 			if c.PythonOnly {
-				out = append(out, fmt.Sprintf("%d blocks have empty stacks: recorded with stacks=\"python\", allocations made by the autograd engine in backward have no Python frame (record with stacks=\"all\" to see the C++ op)", emptyStack))
-			} else {
-				out = append(out, fmt.Sprintf("%d blocks have empty stacks", emptyStack))
+				why += ", or (stacks=\"python\") by the autograd engine in backward, which has no Python frame"
 			}
+			out = append(out, fmt.Sprintf("%d blocks have empty stacks: %s; their roles are guesses from size and timing (see each group's evidence)", emptyStack, why))
 		}
 	}
 	if c.PythonOnly {
