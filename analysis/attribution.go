@@ -74,6 +74,29 @@ type SiteIdentity struct {
 	UserFunction string `json:"user_function,omitempty"`
 }
 
+// rowKey groups blocks into one row per (site, role). Blocks your code holds past their pass
+// (user_container) share a row with the site's other blocks of role "other": some of a list's
+// elements are past a backward pass and some not yet, and the row is the list.
+func (at Attribution) rowKey() string {
+	c := at.Category
+	if c == CategoryUserContainer {
+		c = CategoryOther
+	}
+	return at.key() + "\x00" + c
+}
+
+// joinsAs says whether a block of role block takes over the role of a row of rowKey now showing
+// role row: user_container wins over other, in either order.
+func joinsAs(row, block string) bool {
+	return row == CategoryOther && block == CategoryUserContainer
+}
+
+// keepsRole says whether a row showing role row keeps it when a larger block of role block
+// becomes its representative.
+func keepsRole(row, block string) bool {
+	return row == CategoryUserContainer && block == CategoryOther
+}
+
 // key identifies the site for grouping.
 func (s SiteIdentity) key() string {
 	return s.File + siteKeySep + s.Function + siteKeySep + fmt.Sprint(s.Line) + siteKeySep + s.Site

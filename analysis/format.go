@@ -89,3 +89,9 @@ const (
 func largestFirst(aBytes, bBytes int64, aSite, bSite string) int {
 	return cmp.Or(cmp.Compare(bBytes, aBytes), strings.Compare(aSite, bSite))
 }
+
+// siteOrder is largestFirst for site records, with ties (one site in two roles, or two files
+// with the same base name) broken by role and identity so the order never depends on a map.
+func siteOrder(aBytes, bBytes int64, a, b SiteIdentity, aCat, bCat string) int {
+	return cmp.Or(largestFirst(aBytes, bBytes, a.Site, b.Site), strings.Compare(aCat, bCat), strings.Compare(a.key(), b.key()))
+}

@@ -178,8 +178,7 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 }
 
 func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.StackID, allocIdx int) {
-	k := at.key()
-	k += "\x00" + at.Category // one row per role: a site can hold activations and a workspace
+	k := at.rowKey() // one row per role: a site can hold activations and a workspace
 	s := m[k]
 	if s == nil {
 		s = &OOMSite{SiteIdentity: at.SiteIdentity, Category: at.Category, sizes: sizeHist{}}
@@ -188,9 +187,11 @@ func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.S
 	if allocIdx >= 0 {
 		s.allocs = append(s.allocs, allocIdx)
 	}
-	if s.Blocks == 0 || size > s.topSize || (size == s.topSize && int(stack) < s.StackID) {
-		s.topSize, s.StackID = size, max(int(stack), -1)
-		s.Evidence = at.Evidence
+	if s.Blocks == 0 || size > s.topSize || (size == s.topSize && int(stack) < s.StackID) || joinsAs(s.Category, at.Category) {
+		s.topSize, s.StackID = max(s.topSize, size), max(int(stack), -1)
+		if !keepsRole(s.Category, at.Category) {
+			s.Category, s.Evidence = at.Category, at.Evidence
+		}
 	}
 	s.Bytes += size
 	s.Blocks++
@@ -205,7 +206,7 @@ func sortOOMSites(roles *Roles, dev int, m map[string]*OOMSite, limit int) ([]OO
 	var attn, attnTop int64
 	attnSite := ""
 	for _, s := range m {
-		if s.Category == CategoryOther {
+		if s.Category == CategoryOther || s.Category == CategoryUserContainer {
 			if ev := roles.containerGuess(dev, s.SiteIdentity, s.sizes, s.allocs); ev != "" {
 				s.Category, s.Evidence = CategoryUserContainer, ev
 			}
@@ -221,7 +222,7 @@ func sortOOMSites(roles *Roles, dev int, m map[string]*OOMSite, limit int) ([]OO
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(x, y OOMSite) int {
-		return largestFirst(x.Bytes, y.Bytes, x.Site, y.Site)
+		return siteOrder(x.Bytes, y.Bytes, x.SiteIdentity, y.SiteIdentity, x.Category, y.Category)
 	})
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
@@ -343,7 +344,7 @@ func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64
 			continue
 		}
 		fs.allocated += size
-		at := roles.Live(dev, sp.b.stack, sp.addr, size, sp.b.allocIdx)
+		at := roles.Live(dev, sp.b.stack, sp.addr, size, sp.b.allocIdx, e.next-1)
 		addSite(m, at, size, sp.b.stack, sp.b.allocIdx)
 	}
 	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, m, limit)

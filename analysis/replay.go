@@ -438,16 +438,18 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
 		if b.pending {
 			continue
 		}
-		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx)
-		k := at.key()
-		k += "\x00" + at.Category
+		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, e.next-1)
+		k := at.rowKey()
 		g := m[k]
 		if g == nil {
 			g = &agg{at: at, sizes: sizeHist{}, top: b.size, topID: b.stack}
 			m[k] = g
 		}
-		if b.size > g.top || (b.size == g.top && b.stack < g.topID) {
-			g.at, g.top, g.topID = at, b.size, b.stack
+		if b.size > g.top || (b.size == g.top && b.stack < g.topID) || joinsAs(g.at.Category, at.Category) {
+			if keepsRole(g.at.Category, at.Category) {
+				at.Category, at.Evidence = g.at.Category, g.at.Evidence
+			}
+			g.at, g.top, g.topID = at, max(g.top, b.size), b.stack
 		}
 		g.bytes += b.size
 		g.blocks++
@@ -464,7 +466,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
 	for _, g := range m {
 		sb := SiteBytes{SiteIdentity: g.at.SiteIdentity, Category: g.at.Category, Evidence: g.at.Evidence,
 			Bytes: g.bytes, Blocks: g.blocks, Percent: pct(g.bytes, total)}
-		if sb.Category == CategoryOther {
+		if sb.Category == CategoryOther || sb.Category == CategoryUserContainer {
 			if ev := roles.containerGuess(dev, sb.SiteIdentity, g.sizes, g.allocs); ev != "" {
 				sb.Category, sb.Evidence = CategoryUserContainer, ev
 			}
@@ -480,7 +482,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
 
 func sortSiteBytes(s []SiteBytes) {
 	slices.SortFunc(s, func(a, b SiteBytes) int {
-		return largestFirst(a.Bytes, b.Bytes, a.Site, b.Site)
+		return siteOrder(a.Bytes, b.Bytes, a.SiteIdentity, b.SiteIdentity, a.Category, b.Category)
 	})
 }
 
@@ -807,7 +809,7 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[s
 		if b.allocIdx < 0 || b.pending {
 			continue
 		}
-		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx)
+		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, len(e.evs))
 		k := at.key() + "\x00" + at.Category
 		g := m[k]
 		if g == nil {
@@ -847,7 +849,7 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[s
 		out = append(out, rs)
 	}
 	slices.SortFunc(out, func(x, y RepeatingSite) int {
-		return largestFirst(x.Bytes, y.Bytes, x.Site, y.Site)
+		return siteOrder(x.Bytes, y.Bytes, x.SiteIdentity, y.SiteIdentity, x.Category, y.Category)
 	})
 	if len(out) > limit {
 		out = out[:limit]

@@ -46,6 +46,10 @@ type lifeStats struct {
 	later      int // freed in a later phase that is not a backward pass
 	alive      int // alive at the end of the trace
 	outlivedBw int // made in a backward pass and still alive after it ended
+	lastRun    int32
+	inRun      int32 // allocations in run lastRun of the size of the run's first one
+	maxInRun   int32 // most same-size allocations in one phase run: 1 for a pass's output, L for a per-layer site
+	runSize    int64
 }
 
 // deviceRoles is the trace context of one device.
@@ -64,7 +68,22 @@ type deviceRoles struct {
 	stats      []lifeStats      // by stack id + 1 (NoStack is -1)
 	finalAlloc map[uint64]int   // address of a block alive at the end -> its alloc event
 	preFree    map[uint64]phase // address of a block alive before the trace -> phase of its free
+	fates      []fate           // per alloc event: how that allocation ended
+	runStarts  []int            // first event of each phase run
+	runPhases  []phase          // phase of each run
+	retained   map[int32]bool   // forward runs whose graph outlived the backward pass after them
+	bwRuns     []bwRun          // the backward passes (see backwardRuns), nil until first needed
 }
+
+// fate is how one allocation ended, relative to the phase run that made it.
+type fate uint8
+
+const (
+	fateAlive fate = iota // still alive at the end of the trace (or not an alloc event)
+	fateSameRun
+	fateInBackward
+	fateLater
+)
 
 // StepInfo says where a device's steps start.
 type StepInfo struct {
@@ -136,6 +155,11 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 		return ws, idx
 	}
 	at = r.refine(d, at, b.Stack)
+	if b.State == snapshot.StateActiveAllocated {
+		if held, ok := r.heldByCaller(d, at, b.Stack, idx, len(d.evs)); ok {
+			return held, idx
+		}
+	}
 	if at.ctx == ctxForward && d.hasTrace && d.workload == WorkloadInference && b.State == snapshot.StateActiveAllocated && at.UserSite != "" {
 		at.Category = CategoryUserContainer
 		at.Evidence = "a forward output still alive after the pass, held by your code (" + at.UserSite + "), e.g. the last batch's logits or a layer's output kept for the next step: del it, or keep only what you need (argmax, .item(), .cpu())"
@@ -158,9 +182,9 @@ func (r *Roles) pythonOnlyWorkspace(at Attribution, size int64) (Attribution, bo
 	return at, true
 }
 
-// Live is the role of a block alive during a replay: allocated at trace event allocIdx (-1:
-// before the trace) from stack, at address addr.
-func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, allocIdx int) Attribution {
+// Live is the role of a block alive at trace event now during a replay: allocated at trace
+// event allocIdx (-1: before the trace) from stack, at address addr.
+func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, allocIdx, now int) Attribution {
 	d := r.deviceLifetimes(dev)
 	if allocIdx < 0 && stack == snapshot.NoStack {
 		at := Attribution{SiteIdentity: SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone}, Category: CategoryOther}
@@ -173,7 +197,29 @@ func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, a
 	if ws, ok := r.pythonOnlyWorkspace(at, size); ok {
 		return ws
 	}
-	return r.refine(d, at, stack)
+	at = r.refineBlock(d, r.refine(d, at, stack), allocIdx)
+	if held, ok := r.heldByCaller(d, at, stack, allocIdx, now); ok {
+		return held
+	}
+	return at
+}
+
+// refineBlock settles, from how this one allocation ended, a role its stack leaves open: your
+// code's allocations split between the backward pass and temporaries (a loss computed outside a
+// module saves some of its tensors and frees others).
+func (r *Roles) refineBlock(d *deviceRoles, at Attribution, allocIdx int) Attribution {
+	if at.ctx != ctxUser || at.Category != CategoryOther || allocIdx < 0 || allocIdx >= len(d.fates) || d.allocs[phaseBackward] == 0 {
+		return at
+	}
+	switch d.fates[allocIdx] {
+	case fateInBackward:
+		at.Category = CategoryActivation
+		at.Evidence = fmt.Sprintf("your code, and this allocation (event %d) was freed by the backward pass: saved for backward", allocIdx)
+	case fateSameRun:
+		at.Category = CategoryTemporary
+		at.Evidence = fmt.Sprintf("your code; this allocation (event %d) was freed before the phase that made it ended", allocIdx)
+	}
+	return at
 }
 
 // Steps returns where device dev's steps start.
@@ -337,6 +383,7 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 	}
 	d.stats = make([]lifeStats, len(r.snap.Stacks)+1)
 	d.finalAlloc, d.preFree = map[uint64]int{}, map[uint64]phase{}
+	d.fates = make([]fate, len(d.evs))
 	type liveRec struct {
 		stack snapshot.StackID
 		run   int32
@@ -347,14 +394,32 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 	// Sized for the addresses a trace touches (far fewer than its events: the allocator reuses them).
 	live := make(map[uint64]liveRec, min(len(d.evs)/8+1024, 1<<22))
 	run, prev := int32(0), phaseNone
+	d.runStarts, d.runPhases = []int{0}, []phase{phaseNone}
+	// survivors: per forward run, the stacks with allocations alive after the backward run that
+	// followed it.
+	survivors := map[int32][]snapshot.StackID{}
+	survived := func(b liveRec, now int32) {
+		if b.ph == phaseForward && now > b.run+1 && int(b.run+1) < len(d.runPhases) && d.runPhases[b.run+1] == phaseBackward {
+			survivors[b.run] = append(survivors[b.run], b.stack)
+		}
+	}
 	for i, ev := range d.evs {
 		cur := d.phases[i]
 		if cur != prev {
 			run, prev = run+1, cur
+			d.runStarts, d.runPhases = append(d.runStarts, i), append(d.runPhases, cur)
 		}
 		switch ev.Action {
 		case snapshot.ActionAlloc:
-			d.stat(ev.Stack).allocs++
+			s := d.stat(ev.Stack)
+			s.allocs++
+			if s.lastRun != run || s.allocs == 1 {
+				s.lastRun, s.inRun, s.runSize = run, 0, ev.Size
+			}
+			if ev.Size == s.runSize {
+				s.inRun++
+			}
+			s.maxInRun = max(s.maxInRun, s.inRun)
 			live[ev.Addr] = liveRec{stack: ev.Stack, run: run, ph: cur, idx: int32(i)}
 		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
 			b, ok := live[ev.Addr]
@@ -369,14 +434,18 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 				switch {
 				case b.run == run:
 					s.sameRun++
+					d.fates[b.idx] = fateSameRun
 				case cur == phaseBackward:
 					s.inBackward++
+					d.fates[b.idx] = fateInBackward
 				default:
 					s.later++
+					d.fates[b.idx] = fateLater
 				}
 				if b.ph == phaseBackward && b.run != run {
 					s.outlivedBw++
 				}
+				survived(b, run)
 				b.freed = true
 				live[ev.Addr] = b
 			}
@@ -389,12 +458,28 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		if b.freed {
 			continue
 		}
+		survived(b, run+1) // the trace's last run ended with it
 		s := d.stat(b.stack)
 		s.alive++
 		if b.ph == phaseBackward && b.run != run {
 			s.outlivedBw++
 		}
 		d.finalAlloc[addr] = int(b.idx)
+	}
+	// A forward run whose per-layer activations (a stack that allocated the same size several
+	// times in it) outlived the backward pass kept its whole graph: retain_graph=True, or a
+	// reference to the loss or outputs that holds a graph whose saved tensors backward did not
+	// free.
+	d.retained = map[int32]bool{}
+	for fwd, stacks := range survivors {
+		for _, id := range stacks {
+			if d.stat(id).maxInRun >= 2 {
+				if c, _ := r.stackCtx(id); c == ctxForward || c == ctxAutocast {
+					d.retained[fwd] = true
+					break
+				}
+			}
+		}
 	}
 }
 

@@ -46,7 +46,7 @@ func TestSameRunScenarioFixtures(t *testing.T) {
 				{CategoryOptimizerState, 0, 50334208, 50334208},
 				{CategoryParameter, 25165824, 25165824, 0},
 				{CategoryGradient, 25165824, 25165824, 0},
-				{CategoryActivation, 4194816, 4194816, 0},
+				{CategoryUserContainer, 4194816, 4194816, 0},
 				{CategoryOther, 526336, 526336, 0}}},
 		{"no_growth_step5.pickle", "no_growth_step50.pickle", PatternNoGrowth, "",
 			"one run: the traces overlap in time and 315 of the 315 events of no_growth_step5.pickle in the overlap are also in no_growth_step50.pickle (same time, action, address and size); segments at the same (address, size) in both: 8 (of 8 and 8), 5 of them holding a block of the same site at the same address (e.g. train.py:112); same allocator settings (PYTORCH_CUDA_ALLOC_CONF unset); same device 0; both training",

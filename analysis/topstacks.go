@@ -1,7 +1,6 @@
 package analysis
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -140,7 +139,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 				}
 			}
 			if opt.GroupBy == "site" || opt.GroupBy == "stack" {
-				key += "\x00" + at.Category // one row per role: a site can hold activations and a workspace
+				key += "\x00" + at.rowKey() // one row per role: a site can hold activations and a workspace
 			}
 			g := groups[key]
 			if g == nil {
@@ -161,13 +160,16 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			g.ts.Bytes += b.Size
 			g.ts.Blocks++
 			g.sizes.add(b.Size)
-			g.allOther = g.allOther && at.Category == CategoryOther
+			g.allOther = g.allOther && (at.Category == CategoryOther || at.Category == CategoryUserContainer)
 			if allocIdx >= 0 {
 				g.allocs = append(g.allocs, allocIdx)
 			}
-			if b.Size > g.topSize { // the representative stack is the largest block's
-				g.topSize, g.topID = b.Size, b.Stack
-				g.ts.Stack, g.ts.Category, g.ts.Evidence = at.Stack, at.Category, at.Evidence
+			if b.Size > g.topSize || joinsAs(g.ts.Category, at.Category) { // the representative stack is the largest block's
+				g.topSize, g.topID = max(g.topSize, b.Size), b.Stack
+				g.ts.Stack = at.Stack
+				if !keepsRole(g.ts.Category, at.Category) {
+					g.ts.Category, g.ts.Evidence = at.Category, at.Evidence
+				}
 			}
 			r.TotalBytes += b.Size
 			r.TotalBlocks++
@@ -185,7 +187,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		r.Sites = append(r.Sites, g.ts)
 	}
 	slices.SortFunc(r.Sites, func(x, y TopSite) int {
-		return cmp.Or(largestFirst(x.Bytes, y.Bytes, x.Site, y.Site), strings.Compare(x.File, y.File))
+		return siteOrder(x.Bytes, y.Bytes, x.SiteIdentity, y.SiteIdentity, x.Category, y.Category)
 	})
 	r.Groups = len(r.Sites)
 	if len(r.Sites) > opt.Limit {

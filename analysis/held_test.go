@@ -1,0 +1,70 @@
+package analysis
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// heldStacks interns stacks given outermost first as "file:line:function" frames, with the
+// torch module-call frame PyTorch puts between a caller and a module's forward.
+func heldStacks(t *testing.T, stacks ...[]string) *snapshot.Snapshot {
+	t.Helper()
+	in := snapshot.NewInterner()
+	for _, st := range stacks {
+		var ids []snapshot.FrameID
+		for i := len(st) - 1; i >= 0; i-- { // innermost first
+			parts := strings.Split(st[i], ":")
+			var line int64
+			for _, c := range parts[1] {
+				line = line*10 + int64(c-'0')
+			}
+			ids = append(ids, in.Frame(snapshot.Frame{Filename: parts[0], Line: line, Name: parts[2]}))
+			if i > 0 && parts[2] == "forward" {
+				ids = append(ids, in.Frame(snapshot.Frame{Filename: "/usr/lib/python3/site-packages/torch/nn/modules/module.py", Line: 1747, Name: "_call_impl"}))
+			}
+		}
+		in.Stack(ids)
+	}
+	return &snapshot.Snapshot{Frames: in.Frames, Stacks: in.Stacks}
+}
+
+func TestReentered(t *testing.T) {
+	const (
+		main  = "/work/proj/eval.py:63:validate"
+		model = "/usr/lib/python3/site-packages/transformers/models/llama/modeling_llama.py"
+	)
+	cases := []struct {
+		name      string
+		made, cur []string
+		held      bool
+		caller    string
+	}{
+		{"next batch's forward while the logits live",
+			[]string{main, model + ":856:forward"},
+			[]string{main, model + ":838:forward", model + ":646:forward"}, true, "eval.py:63 in validate"},
+		{"later in the same forward call",
+			[]string{main, model + ":838:forward", model + ":646:forward"},
+			[]string{main, model + ":856:forward"}, false, ""},
+		{"a layer's output alive in the next layer (caller is a forward)",
+			[]string{main, model + ":838:forward", model + ":722:forward", model + ":430:forward"},
+			[]string{main, model + ":838:forward", model + ":722:forward", model + ":408:forward"}, false, ""},
+		{"a different function at an earlier line",
+			[]string{main, "/work/proj/model.py:90:forward"},
+			[]string{main, "/work/proj/loss.py:12:forward"}, false, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := heldStacks(t, tc.made, tc.cur)
+			r := rolesWith(snap, DefaultAttributor())
+			ev, ok := r.reentered(1, 2)
+			if ok != tc.held {
+				t.Fatalf("reentered = %v (%q), want %v", ok, ev, tc.held)
+			}
+			if ok && !strings.Contains(ev, "held by its caller") || !strings.Contains(ev, tc.caller) {
+				t.Errorf("evidence %q does not name the caller %q", ev, tc.caller)
+			}
+		})
+	}
+}
