@@ -65,6 +65,38 @@ func (d *deviceRoles) runOf(i int) int32 {
 	return int32(sort.SearchInts(d.runStarts, i+1) - 1)
 }
 
+// phaseName is the phase device dev was in at event i ("" when no frames say).
+func (r *Roles) phaseName(dev, i int) string {
+	d := r.device(dev)
+	if i < 0 || i >= len(d.phases) {
+		return ""
+	}
+	return phaseNames[d.phases[i]]
+}
+
+// peakOutside is the highest of level (allocated bytes after each event) over the events not in
+// phase p.
+func (r *Roles) peakOutside(dev int, p phase, level []int64) int64 {
+	d := r.device(dev)
+	var peak int64
+	for i, v := range level {
+		if i < len(d.phases) && d.phases[i] != p {
+			peak = max(peak, v)
+		}
+	}
+	return peak
+}
+
+// sameOptimizerRun says whether the allocation at event allocIdx was made in the optimizer run
+// still running at event now.
+func (r *Roles) sameOptimizerRun(dev, allocIdx, now int) bool {
+	d := r.deviceLifetimes(dev)
+	if allocIdx < 0 || allocIdx >= len(d.phases) || now >= len(d.phases) || d.phases[allocIdx] != phaseOptimizer {
+		return false
+	}
+	return d.runOf(allocIdx) == d.runOf(now)
+}
+
 // stackAt is the stack of the latest allocation at or before event now.
 func (d *deviceRoles) stackAt(now int) (snapshot.StackID, bool) {
 	for i := min(now, len(d.evs)-1); i >= 0; i-- {

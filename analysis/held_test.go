@@ -68,3 +68,32 @@ func TestReentered(t *testing.T) {
 		})
 	}
 }
+
+func TestOptimizerAdvice(t *testing.T) {
+	r := &ReplayResult{PeakAllocatedBytes: 4 * gib, PeakAllocatedEvent: 1843, PeakOutsideOptimizerBytes: 3 * gib}
+	cases := []struct {
+		name string
+		mix  peakMix
+		want string // "" = no advice; else a substring
+	}{
+		{"own out-of-place update", peakMix{optTemp: 442 * mib, optNew: 294 * mib, optSite: "optimizer.py:78", optOwn: true},
+			"The update at optimizer.py:78 is out of place: update the state in place"},
+		{"torch's foreach AdamW", peakMix{optTemp: 600 * mib, optSite: "train.py:91"}, "Use the fused implementation"},
+		{"under a tenth of the peak", peakMix{optTemp: 400 * mib, optSite: "train.py:91"}, ""},
+		{"under 64 MiB", peakMix{optTemp: 60 * mib, optSite: "train.py:91"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := optimizerAdvice(r, tc.mix)
+			if tc.want == "" {
+				if got != "" {
+					t.Fatalf("advice %q, want none", got)
+				}
+				return
+			}
+			if !strings.Contains(got, tc.want) || !strings.Contains(got, "4.0 GiB at event 1843; 3.0 GiB outside optimizer steps") {
+				t.Fatalf("advice %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -118,8 +118,17 @@ type ReplayResult struct {
 	WorkloadEvidence string `json:"workload_evidence"`
 	// CheckpointingAdvice is set only when the trace shows a backward pass and activations are
 	// material at the peak: what activation checkpointing could save there.
-	CheckpointingAdvice string       `json:"checkpointing_advice,omitempty"`
-	DelayedFrees        DelayedFrees `json:"delayed_frees"`
+	CheckpointingAdvice string `json:"checkpointing_advice,omitempty"`
+	// PeakPhase is what the device was doing at the allocated peak: forward, backward, optimizer
+	// or "" (unknown: no frames say).
+	PeakPhase string `json:"peak_phase"`
+	// PeakOutsideOptimizerBytes is the highest allocated level outside optimizer steps, set when
+	// the peak is inside one.
+	PeakOutsideOptimizerBytes int64 `json:"peak_outside_optimizer_bytes,omitempty"`
+	// OptimizerAdvice is set only when an optimizer step sets the peak and its temporaries and
+	// re-allocated state are material there.
+	OptimizerAdvice string       `json:"optimizer_advice,omitempty"`
+	DelayedFrees    DelayedFrees `json:"delayed_frees"`
 	// IterationSource says where steps come from (see StepInfo.Source); Iterations counts them.
 	IterationSource string `json:"iteration_source"`
 	Iterations      int    `json:"iterations"`
@@ -422,7 +431,16 @@ func (e *engine) run(ctx context.Context, stop int) error {
 }
 
 // liveSites groups the allocated (not pending) live blocks by site.
-func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
+// peakMix is what liveSites adds up over every live block, beyond the listed sites.
+type peakMix struct {
+	activation int64
+	optTemp    int64 // optimizer step temporaries
+	optNew     int64 // optimizer state allocated in the optimizer run that is running now
+	optSite    string
+	optOwn     bool // the optimizer temporaries come from the user's own optimizer code
+}
+
+func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) {
 	type agg struct {
 		at     Attribution
 		bytes  int64
@@ -433,12 +451,26 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
 		topID  snapshot.StackID
 	}
 	m := map[string]*agg{}
-	var total, act int64
+	var total int64
+	var mix peakMix
+	var optTop int64
+	now := e.next - 1
 	for addr, b := range e.live {
 		if b.pending {
 			continue
 		}
-		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, e.next-1)
+		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, now)
+		if at.ctx == ctxOptimizer {
+			switch {
+			case at.Category == CategoryTemporary:
+				mix.optTemp += b.size
+				if b.size > optTop || (b.size == optTop && at.Site < mix.optSite) {
+					optTop, mix.optSite, mix.optOwn = b.size, at.Site, at.Kind == SiteKindUser && !isTorchPath(normPath(at.File))
+				}
+			case at.Category == CategoryOptimizerState && roles.sameOptimizerRun(dev, b.allocIdx, now):
+				mix.optNew += b.size
+			}
+		}
 		k := at.rowKey()
 		g := m[k]
 		if g == nil {
@@ -459,7 +491,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
 		}
 		total += b.size
 		if at.Category == CategoryActivation {
-			act += b.size
+			mix.activation += b.size
 		}
 	}
 	out := make([]SiteBytes, 0, len(m))
@@ -477,7 +509,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, int64) {
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
-	return out, act
+	return out, mix
 }
 
 func sortSiteBytes(s []SiteBytes) {
@@ -685,8 +717,17 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	if err := pe.run(ctx, r.PeakAllocatedEvent+1); err != nil {
 		return nil, err
 	}
-	r.PeakSites, r.ActivationBytesAtPeak = pe.liveSites(roles, dev, limit)
+	var mix peakMix
+	r.PeakSites, mix = pe.liveSites(roles, dev, limit)
+	r.ActivationBytesAtPeak = mix.activation
 	r.Workload, r.WorkloadEvidence = roles.Workload(dev)
+	if r.HasTrace {
+		r.PeakPhase = roles.phaseName(dev, r.PeakAllocatedEvent)
+		if r.PeakPhase == "optimizer" {
+			r.PeakOutsideOptimizerBytes = roles.peakOutside(dev, phaseOptimizer, after)
+			r.OptimizerAdvice = optimizerAdvice(r, mix)
+		}
+	}
 	if !r.HasTrace {
 		r.PeakSites, r.ActivationBytesAtPeak = []SiteBytes{}, 0 // a state-only file has no peak to explain
 	} else if roles.HasBackward(dev) && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/5 && r.ActivationBytesAtPeak >= 512*mib {
@@ -784,6 +825,29 @@ func mergeSiteBytes(in []SiteBytes, limit int) []SiteBytes {
 		out = out[:limit]
 	}
 	return out
+}
+
+// optimizerAdvice: when an optimizer step sets the peak and its temporaries and the state it
+// re-allocates (the old state still alive beside the new) are material there, say so and how to
+// make the update in place.
+func optimizerAdvice(r *ReplayResult, mix peakMix) string {
+	extra := mix.optTemp + mix.optNew
+	if extra < 64*mib || extra*10 < r.PeakAllocatedBytes {
+		return ""
+	}
+	var parts []string
+	if mix.optTemp > 0 {
+		parts = append(parts, fmt.Sprintf("%s of step temporaries (largest at %s)", FormatBytes(mix.optTemp), mix.optSite))
+	}
+	if mix.optNew > 0 {
+		parts = append(parts, fmt.Sprintf("%s of optimizer state allocated anew during the step while the old state is still alive", FormatBytes(mix.optNew)))
+	}
+	head := fmt.Sprintf("the optimizer step, not the forward or backward pass, sets the peak (%s at event %d; %s outside optimizer steps): %s",
+		FormatBytes(r.PeakAllocatedBytes), r.PeakAllocatedEvent, FormatBytes(r.PeakOutsideOptimizerBytes), strings.Join(parts, " and "))
+	if mix.optOwn {
+		return head + fmt.Sprintf(". The update at %s is out of place: update the state in place (m.mul_(beta1).add_(g, alpha=1-beta1), v.mul_(beta2).addcmul_(g, g, value=1-beta2), p.addcdiv_(m, v.sqrt().add_(eps), value=-lr)) or use torch.optim.AdamW(fused=True)", mix.optSite)
+	}
+	return head + ". Use the fused implementation (e.g. torch.optim.AdamW(fused=True)), whose update is in place per parameter instead of foreach temporaries over every parameter at once"
 }
 
 // repeatingSites finds sites whose trace allocations survive to the end across at least two
@@ -892,6 +956,9 @@ func (r *ReplayResult) Text() string {
 	}
 	if r.CheckpointingAdvice != "" {
 		fmt.Fprintf(&b, "  %s\n", r.CheckpointingAdvice)
+	}
+	if r.OptimizerAdvice != "" {
+		fmt.Fprintf(&b, "  %s\n", r.OptimizerAdvice)
 	}
 	if d := r.DelayedFrees; d.Count > 0 || d.PendingAtEnd > 0 {
 		fmt.Fprintf(&b, "  %d delayed frees (%s, up to %d events later) on streams %s: blocks used on another stream (record_stream); %d still pending at the end\n",
