@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strings"
@@ -10,9 +11,10 @@ import (
 
 // Iteration sources reported by ReplayResult.IterationSource.
 const (
-	IterationsFromAnnotations = "annotations" // ProfilerStep#N record_function spans
-	IterationsFromPhases      = "phases"      // a forward pass after a backward pass or an optimizer step
-	IterationsFromPeriodicity = "periodicity" // the trace's own repeating allocation sequence (no frames: a guess)
+	IterationsFromAnnotations = "annotations"   // ProfilerStep#N record_function spans, or Optimizer.step#… spans when frames cannot tell phases
+	IterationsFromMetadata    = "user_metadata" // the value set with torch.cuda.memory._set_memory_metadata changed to a new one
+	IterationsFromPhases      = "phases"        // a forward pass after a backward pass or an optimizer step
+	IterationsFromPeriodicity = "periodicity"   // the trace's own repeating allocation sequence (no frames: a guess)
 	IterationsNone            = "none"
 )
 
@@ -181,6 +183,55 @@ func annotationStarts(snap *snapshot.Snapshot, dev int, evs []snapshot.Event) (i
 		idx = append(idx, i)
 	}
 	return idx, len(times)
+}
+
+// metadataStarts marks a step start at each event whose user_metadata (set by the program with
+// torch._C._cuda_setMemoryMetadata / torch.cuda.memory._set_memory_metadata) takes a value not
+// seen before, when at least two values appear: programs label their steps this way ("step 3").
+func metadataStarts(snap *snapshot.Snapshot, evs []snapshot.Event) []int {
+	if len(snap.EventExtras) < 2 {
+		return nil
+	}
+	var starts []int
+	seen := map[string]bool{}
+	prev := ""
+	for i, ev := range evs {
+		if int(ev.Extra) >= len(snap.EventExtras) {
+			continue
+		}
+		md := snap.EventExtras[ev.Extra].UserMetadata
+		if md == "" || md == prev {
+			continue
+		}
+		prev = md
+		if !seen[md] {
+			seen[md] = true
+			starts = append(starts, i)
+		}
+	}
+	if len(starts) < 2 {
+		return nil
+	}
+	return starts
+}
+
+// optimizerStepStarts: with Optimizer.step#… START/END annotations, each step ends with its
+// optimizer step, so a step starts at the first event and after each optimizer step that
+// another one follows (the events after the last one are not a step).
+func optimizerStepStarts(snap *snapshot.Snapshot, dev int, evs []snapshot.Event) []int {
+	windows := optimizerWindows(snap, dev)
+	if len(windows) == 0 || len(evs) == 0 || evs[0].TimeUS == 0 {
+		return nil
+	}
+	slices.SortFunc(windows, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	starts := []int{0}
+	for _, w := range windows[:len(windows)-1] {
+		i := sort.Search(len(evs), func(i int) bool { return evs[i].TimeUS > w[1] })
+		if i < len(evs) && i > starts[len(starts)-1] {
+			starts = append(starts, i)
+		}
+	}
+	return starts
 }
 
 // sawtooth measures the complete iterations between starts (event indices) from the allocated

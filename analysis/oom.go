@@ -153,15 +153,14 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 		fs.reserved += s.TotalSize
 		fs.largestSeg = max(fs.largestSeg, s.TotalSize)
 		segSmall := s.SegmentType == "small"
+		sums := s.Sums()
+		fs.allocated += sums.Allocated
+		fs.active += sums.Active()
 		for _, b := range s.Blocks {
 			switch b.State {
 			case snapshot.StateActiveAllocated:
-				fs.allocated += b.Size
-				fs.active += b.Size
 				at, idx := roles.BlockInfo(dev, b)
 				addSite(m, at, b.Size, b.Stack, idx)
-			case snapshot.StateActivePendingFree:
-				fs.active += b.Size
 			case snapshot.StateInactive:
 				fs.largestAny = max(fs.largestAny, b.Size)
 				if segSmall == small && s.Stream == stream {

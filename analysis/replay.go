@@ -232,17 +232,13 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 			continue
 		}
 		e.finalRes += s.TotalSize
+		sums := s.Sums()
+		e.finalAlloc += sums.Allocated
+		e.finalActive += sums.Active()
 		for _, b := range s.Blocks {
-			switch b.State {
-			case snapshot.StateActiveAllocated:
-				e.finalAlloc += b.Size
-				e.finalActive += b.Size
+			if b.State == snapshot.StateActiveAllocated || b.State == snapshot.StateActivePendingFree {
 				finalBlocks[b.Address] = fb{b, s}
 				e.finalBlocks[b.Address] = b
-			case snapshot.StateActivePendingFree:
-				e.finalBlocks[b.Address] = b
-				e.finalActive += b.Size
-				finalBlocks[b.Address] = fb{b, s}
 			}
 		}
 	}
@@ -563,6 +559,25 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	}
 	dev := opt.Device
 	e := newEngine(snap, dev)
+	r := newReplayResult(snap, roles, e, dev)
+	frees := watchFrees(snap, e, r)
+	w, err := walkTrace(ctx, e, r)
+	if err != nil {
+		return nil, err
+	}
+	frees.finish(roles, dev, e, limit)
+	if err := explainPeak(ctx, snap, roles, dev, r, w.after, limit); err != nil {
+		return nil, err
+	}
+	replaySteps(roles, dev, e, r, w, limit)
+	r.SegmentBursts = segmentBursts(snap, roles, dev)
+	r.Notes = replayNotes(snap, roles, dev, e, r, w.hasSegEvents)
+	return r, nil
+}
+
+// newReplayResult is the result before the walk: the file's final state and the engine's
+// reconstruction of the state at the first event.
+func newReplayResult(snap *snapshot.Snapshot, roles *Roles, e *engine, dev int) *ReplayResult {
 	r := &ReplayResult{Path: snap.Path, Device: dev, HasTrace: roles.device(dev).hasTrace, Events: len(e.evs),
 		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{},
 		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none"}
@@ -575,17 +590,41 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	r.StartAllocatedBytes, r.StartReservedBytes = e.allocated, e.reserved
 	r.PreTraceBlocks, r.PreTraceBytes = e.preBlocks, e.preBytes
 	r.PeakAllocatedBytes, r.PeakReservedBytes, r.PeakActiveBytes = e.allocated, e.reserved, e.active
+	return r
+}
 
-	counts := map[snapshot.Action]int64{}
-	hasSegEvents := false
-	// Delayed frees.
-	type dsite struct {
-		bytes  int64
-		blocks int
-		stack  snapshot.StackID
+// freeSite adds up the blocks of one stack.
+type freeSite struct {
+	bytes  int64
+	blocks int
+	stack  snapshot.StackID
+}
+
+// freeWatch collects, during the walk, frees delayed by another stream (record_stream) and
+// frees made by Python's garbage collector (needs frames on frees).
+type freeWatch struct {
+	r       *ReplayResult
+	delayed map[snapshot.StackID]*freeSite
+	gc      map[snapshot.StackID]*freeSite
+	streams map[uint64]bool
+	gcStack map[snapshot.StackID]bool
+	lastGC  int
+}
+
+func addFree(m map[snapshot.StackID]*freeSite, b *liveBlk) {
+	s := m[b.stack]
+	if s == nil {
+		s = &freeSite{stack: b.stack}
+		m[b.stack] = s
 	}
-	dSites := map[snapshot.StackID]*dsite{}
-	streams := map[uint64]bool{}
+	s.bytes += b.size
+	s.blocks++
+}
+
+// watchFrees hooks a freeWatch into e.
+func watchFrees(snap *snapshot.Snapshot, e *engine, r *ReplayResult) *freeWatch {
+	w := &freeWatch{r: r, delayed: map[snapshot.StackID]*freeSite{}, gc: map[snapshot.StackID]*freeSite{},
+		streams: map[uint64]bool{}, gcStack: map[snapshot.StackID]bool{}, lastGC: -2}
 	e.onFreeDone = func(i int, b *liveBlk) {
 		if b.freeReqIdx < 0 || b.freeReqIdx == i-1 {
 			return
@@ -597,25 +636,15 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		if t := e.evs[i].TimeUS; t > 0 && b.freeReqUS > 0 {
 			d.MaxDelayUS = max(d.MaxDelayUS, t-b.freeReqUS)
 		}
-		streams[b.stream] = true
-		s := dSites[b.stack]
-		if s == nil {
-			s = &dsite{stack: b.stack}
-			dSites[b.stack] = s
-		}
-		s.bytes += b.size
-		s.blocks++
+		w.streams[b.stream] = true
+		addFree(w.delayed, b)
 	}
-	// Frees made by the garbage collector (needs frames on frees).
-	gcSites := map[snapshot.StackID]*dsite{}
-	gcStack := map[snapshot.StackID]bool{}
-	lastGC := -2
 	e.onFree = func(i int, b *liveBlk) {
 		st := e.evs[i].Stack
-		isGC, ok := gcStack[st]
+		isGC, ok := w.gcStack[st]
 		if !ok {
 			isGC = isGCStack(snap.StackFrames(st))
-			gcStack[st] = isGC
+			w.gcStack[st] = isGC
 		}
 		if !isGC {
 			return
@@ -623,22 +652,58 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		g := &r.GCFrees
 		g.Count++
 		g.Bytes += b.size
-		if lastGC < i-2 {
+		if w.lastGC < i-2 {
 			g.Bursts++
 		}
-		lastGC = i
-		s := gcSites[b.stack]
-		if s == nil {
-			s = &dsite{stack: b.stack}
-			gcSites[b.stack] = s
-		}
-		s.bytes += b.size
-		s.blocks++
+		w.lastGC = i
+		addFree(w.gc, b)
 	}
-	// Allocations per stack that survive to the end; allocated bytes around every event.
-	allocsPerStack := map[snapshot.StackID]int{}
-	before := make([]int64, len(e.evs))
-	after := make([]int64, len(e.evs))
+	return w
+}
+
+// finish turns what the walk collected into the result's sites, streams and advice.
+func (w *freeWatch) finish(roles *Roles, dev int, e *engine, limit int) {
+	r := w.r
+	for _, b := range e.live {
+		if b.pending && b.freeReqIdx >= 0 {
+			r.DelayedFrees.PendingAtEnd++
+			w.streams[b.stream] = true
+		}
+	}
+	for s := range w.streams {
+		r.DelayedFrees.Streams = append(r.DelayedFrees.Streams, fmt.Sprintf("0x%x", s))
+	}
+	slices.Sort(r.DelayedFrees.Streams)
+	for _, s := range w.delayed {
+		at := roles.Stack(dev, s.stack)
+		r.DelayedFrees.Sites = append(r.DelayedFrees.Sites, SiteBytes{SiteIdentity: at.SiteIdentity, Category: at.Category,
+			Bytes: s.bytes, Blocks: s.blocks, Percent: pct(s.bytes, r.DelayedFrees.Bytes)})
+	}
+	r.DelayedFrees.Sites = mergeSiteBytes(r.DelayedFrees.Sites, limit)
+
+	r.GCFrees.Sites = []SiteBytes{}
+	for _, g := range w.gc {
+		at := roles.Stack(dev, g.stack)
+		r.GCFrees.Sites = append(r.GCFrees.Sites, SiteBytes{SiteIdentity: at.SiteIdentity, Category: at.Category,
+			Bytes: g.bytes, Blocks: g.blocks})
+	}
+	r.GCFrees.Sites = mergeSiteBytes(r.GCFrees.Sites, limit)
+	if r.GCFrees.Count > 0 {
+		r.GCFrees.Advice = "these tensors lived until a garbage-collector pass because reference cycles held them: find the cycles with torch.utils.viz._cycles.warn_tensor_cycles() and break them (e.g. do not store tensors on objects that reference themselves, use weakref)"
+	}
+}
+
+// walk is what the walk over the trace leaves for the later steps.
+type walk struct {
+	hasSegEvents   bool
+	allocsPerStack map[snapshot.StackID]int // allocations per stack
+	before, after  []int64                  // allocated bytes around every event
+}
+
+// walkTrace applies every event, tracking peaks, event counts and the time span.
+func walkTrace(ctx context.Context, e *engine, r *ReplayResult) (*walk, error) {
+	counts := map[snapshot.Action]int64{}
+	w := &walk{allocsPerStack: map[snapshot.StackID]int{}, before: make([]int64, len(e.evs)), after: make([]int64, len(e.evs))}
 	for e.next < len(e.evs) {
 		i := e.next
 		if i&0xffff == 0 {
@@ -650,9 +715,9 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		counts[ev.Action]++
 		switch ev.Action {
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree, snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
-			hasSegEvents = true
+			w.hasSegEvents = true
 		case snapshot.ActionAlloc:
-			allocsPerStack[ev.Stack]++
+			w.allocsPerStack[ev.Stack]++
 		case snapshot.ActionOOM:
 			r.OOMEvents++
 		}
@@ -662,9 +727,9 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 			}
 			r.LastTimeUS = ev.TimeUS
 		}
-		before[i] = e.allocated
+		w.before[i] = e.allocated
 		e.step()
-		after[i] = e.allocated
+		w.after[i] = e.allocated
 		if e.allocated > r.PeakAllocatedBytes {
 			r.PeakAllocatedBytes, r.PeakAllocatedEvent, r.PeakAllocatedTimeUS = e.allocated, i, ev.TimeUS
 		}
@@ -685,57 +750,39 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	if c := counts[snapshot.ActionOther]; c > 0 {
 		r.EventCounts = append(r.EventCounts, ActionCount{Action: "other", Count: c})
 	}
-	for _, b := range e.live {
-		if b.pending && b.freeReqIdx >= 0 {
-			r.DelayedFrees.PendingAtEnd++
-			streams[b.stream] = true
-		}
-	}
-	for s := range streams {
-		r.DelayedFrees.Streams = append(r.DelayedFrees.Streams, fmt.Sprintf("0x%x", s))
-	}
-	slices.Sort(r.DelayedFrees.Streams)
-	for _, s := range dSites {
-		at := roles.Stack(dev, s.stack)
-		r.DelayedFrees.Sites = append(r.DelayedFrees.Sites, SiteBytes{SiteIdentity: at.SiteIdentity, Category: at.Category,
-			Bytes: s.bytes, Blocks: s.blocks, Percent: pct(s.bytes, r.DelayedFrees.Bytes)})
-	}
-	r.DelayedFrees.Sites = mergeSiteBytes(r.DelayedFrees.Sites, limit)
+	return w, nil
+}
 
-	r.GCFrees.Sites = []SiteBytes{}
-	for _, g := range gcSites {
-		at := roles.Stack(dev, g.stack)
-		r.GCFrees.Sites = append(r.GCFrees.Sites, SiteBytes{SiteIdentity: at.SiteIdentity, Category: at.Category,
-			Bytes: g.bytes, Blocks: g.blocks})
-	}
-	r.GCFrees.Sites = mergeSiteBytes(r.GCFrees.Sites, limit)
-	if r.GCFrees.Count > 0 {
-		r.GCFrees.Advice = "these tensors lived until a garbage-collector pass because reference cycles held them: find the cycles with torch.utils.viz._cycles.warn_tensor_cycles() and break them (e.g. do not store tensors on objects that reference themselves, use weakref)"
-	}
-	// Live sites at the peak: replay again up to the peak event.
+// explainPeak replays again up to the allocated peak and says who is live there, what the
+// device was doing, and the advice the mix at the peak supports (checkpointing, optimizer).
+func explainPeak(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, dev int, r *ReplayResult, after []int64, limit int) error {
 	pe := newEngine(snap, dev)
 	if err := pe.run(ctx, r.PeakAllocatedEvent+1); err != nil {
-		return nil, err
+		return err
 	}
 	var mix peakMix
 	r.PeakSites, mix = pe.liveSites(roles, dev, limit)
 	r.ActivationBytesAtPeak = mix.activation
 	r.Workload, r.WorkloadEvidence = roles.Workload(dev)
-	if r.HasTrace {
-		r.PeakPhase = roles.phaseName(dev, r.PeakAllocatedEvent)
-		if r.PeakPhase == "optimizer" {
-			r.PeakOutsideOptimizerBytes = roles.peakOutside(dev, phaseOptimizer, after)
-			r.OptimizerAdvice = optimizerAdvice(r, mix)
-		}
-	}
 	if !r.HasTrace {
 		r.PeakSites, r.ActivationBytesAtPeak = []SiteBytes{}, 0 // a state-only file has no peak to explain
-	} else if roles.HasBackward(dev) && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/5 && r.ActivationBytesAtPeak >= 512*mib {
+		return nil
+	}
+	r.PeakPhase = roles.phaseName(dev, r.PeakAllocatedEvent)
+	if r.PeakPhase == "optimizer" {
+		r.PeakOutsideOptimizerBytes = roles.peakOutside(dev, phaseOptimizer, after)
+		r.OptimizerAdvice = optimizerAdvice(r, mix)
+	}
+	if roles.HasBackward(dev) && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/5 && r.ActivationBytesAtPeak >= 512*mib {
 		r.CheckpointingAdvice = fmt.Sprintf("activations saved for backward hold %s (%.0f%%) at the peak: activation checkpointing (torch.utils.checkpoint on the repeated blocks) would trade most of it for recompute",
 			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes))
 	}
+	return nil
+}
 
-	// Steps and sites whose allocations survive across them.
+// replaySteps fills in the steps, the per-step sawtooth and the sites whose allocations
+// survive across steps.
+func replaySteps(roles *Roles, dev int, e *engine, r *ReplayResult, w *walk, limit int) {
 	steps := roles.Steps(dev)
 	starts := steps.Starts
 	r.IterationSource, r.Iterations, r.IterationPeriodAllocs = steps.Source, len(starts), steps.Period
@@ -751,54 +798,56 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 	if len(r.IterationStartEvents) > maxIterationStarts {
 		r.IterationStartEvents = r.IterationStartEvents[:maxIterationStarts]
 	}
-	r.Sawtooth = sawtooth(starts, before, after)
-	r.RepeatingSites = repeatingSites(roles, dev, e, starts, allocsPerStack, limit)
+	r.Sawtooth = sawtooth(starts, w.before, w.after)
+	r.RepeatingSites = repeatingSites(roles, dev, e, starts, w.allocsPerStack, limit)
+}
 
-	r.SegmentBursts = segmentBursts(snap, roles, dev)
-	notes := &r.Notes
+// replayNotes says what the trace cannot tell and what the numbers stand on.
+func replayNotes(snap *snapshot.Snapshot, roles *Roles, dev int, e *engine, r *ReplayResult, hasSegEvents bool) []string {
+	notes := []string{}
 	if !r.HasTrace {
-		*notes = append(*notes, "the file has no trace for this device: peak and start values are the final state only")
+		notes = append(notes, "the file has no trace for this device: peak and start values are the final state only")
 	}
 	switch {
 	case !r.HasTrace:
 	case snap.Caps.TraceStart == "ring_buffer":
-		*notes = append(*notes, fmt.Sprintf("the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost, %d blocks (%s) alive before its first event", e.preBlocks, FormatBytes(e.preBytes)))
+		notes = append(notes, fmt.Sprintf("the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost, %d blocks (%s) alive before its first event", e.preBlocks, FormatBytes(e.preBytes)))
 	case e.preBlocks > 0:
-		*notes = append(*notes, fmt.Sprintf("the trace starts late (recording was switched on mid-run; not a ring-buffer wrap: the event count is not a round max_entries): %d blocks (%s) were alive before its first event; their allocation sites are unknown unless they are still alive at the end", e.preBlocks, FormatBytes(e.preBytes)))
+		notes = append(notes, fmt.Sprintf("the trace starts late (recording was switched on mid-run; not a ring-buffer wrap: the event count is not a round max_entries): %d blocks (%s) were alive before its first event; their allocation sites are unknown unless they are still alive at the end", e.preBlocks, FormatBytes(e.preBytes)))
 	}
 	if r.DroppedEvents > 0 {
-		*notes = append(*notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", r.DroppedEvents))
+		notes = append(notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", r.DroppedEvents))
 	}
 	if r.HasTrace && !hasSegEvents && r.FinalReservedBytes > 0 {
-		*notes = append(*notes, "the trace has no segment events: reserved memory is the final value throughout")
+		notes = append(notes, "the trace has no segment events: reserved memory is the final value throughout")
 	}
 	if r.HasTrace && !r.Consistent {
-		*notes = append(*notes, fmt.Sprintf("the replay does not land on the file's final state (allocated %s vs %s, reserved %s vs %s, %d frees without a block, %d allocs over a live block)",
+		notes = append(notes, fmt.Sprintf("the replay does not land on the file's final state (allocated %s vs %s, reserved %s vs %s, %d frees without a block, %d allocs over a live block)",
 			FormatBytes(e.allocated), FormatBytes(e.finalAlloc), FormatBytes(e.reserved), FormatBytes(e.finalRes), e.unmatched, e.doubleAlloc))
 	}
 	if r.SizesAreRequested {
-		*notes = append(*notes, "the trace records requested sizes: allocated over time counts requested bytes, slightly below the rounded block sizes PyTorch's allocated_bytes counts")
+		notes = append(notes, "the trace records requested sizes: allocated over time counts requested bytes, slightly below the rounded block sizes PyTorch's allocated_bytes counts")
 	}
 	if r.HasTrace && !snap.Caps.FramesOnFrees {
-		*notes = append(*notes, "free events carry no stacks: frees by the garbage collector (reference cycles) cannot be recognised")
+		notes = append(notes, "free events carry no stacks: frees by the garbage collector (reference cycles) cannot be recognised")
 	}
 	switch {
 	case r.IterationSource == IterationsFromPeriodicity:
-		*notes = append(*notes, fmt.Sprintf("guess: the trace has no frames to tell forward, backward and optimizer phases apart, so steps are inferred from its repeating sequence of %d allocations (repeated layers inside one pass look the same); record with context=\"all\" or under torch.profiler for exact steps", r.IterationPeriodAllocs))
+		notes = append(notes, fmt.Sprintf("guess: the trace has no frames to tell forward, backward and optimizer phases apart, so steps are inferred from its repeating sequence of %d allocations (repeated layers inside one pass look the same); record with context=\"all\" or under torch.profiler for exact steps", r.IterationPeriodAllocs))
 	case r.HasTrace && r.IterationSource == IterationsNone:
 		if roles.HasBackward(dev) {
-			*notes = append(*notes, "no ProfilerStep annotations and no forward pass after a backward pass: the trace holds at most one step, so nothing can be said to grow from step to step")
+			notes = append(notes, "no ProfilerStep annotations and no forward pass after a backward pass: the trace holds at most one step, so nothing can be said to grow from step to step")
 		} else {
-			*notes = append(*notes, "no ProfilerStep annotations and no backward pass or optimizer step: steps are unknown (repeated layers or requests inside one pass are not steps), so nothing can be said to grow from step to step")
+			notes = append(notes, "no ProfilerStep annotations and no backward pass or optimizer step: steps are unknown (repeated layers or requests inside one pass are not steps), so nothing can be said to grow from step to step")
 		}
 	}
 	if r.HasTrace && r.FirstTimeUS == 0 {
-		*notes = append(*notes, "the trace has no timestamps (time_us): positions are event indices")
+		notes = append(notes, "the trace has no timestamps (time_us): positions are event indices")
 	}
 	if r.StartReservedBytes < 0 {
-		*notes = append(*notes, "the segment events do not add up to the final segments (reserved would start negative)")
+		notes = append(notes, "the segment events do not add up to the final segments (reserved would start negative)")
 	}
-	return r, nil
+	return notes
 }
 
 // mergeSiteBytes merges entries with the same site and sorts them, largest first.
@@ -972,7 +1021,9 @@ func (r *ReplayResult) Text() string {
 	}
 	switch r.IterationSource {
 	case IterationsFromAnnotations:
-		fmt.Fprintf(&b, "  %s (ProfilerStep annotations)", count(r.Iterations, "step"))
+		fmt.Fprintf(&b, "  %s (ProfilerStep or Optimizer.step annotations)", count(r.Iterations, "step"))
+	case IterationsFromMetadata:
+		fmt.Fprintf(&b, "  %s (a new user_metadata value at each start)", count(r.Iterations, "step"))
 	case IterationsFromPhases:
 		fmt.Fprintf(&b, "  %s (a forward pass after each backward pass or optimizer step)", count(r.Iterations, "step"))
 	case IterationsFromPeriodicity:

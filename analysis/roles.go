@@ -87,7 +87,8 @@ const (
 
 // StepInfo says where a device's steps start.
 type StepInfo struct {
-	// Source: "annotations" (ProfilerStep#N), "phases" (a forward pass after a backward pass or
+	// Source: "annotations" (ProfilerStep#N; Optimizer.step#… spans when frames show no backward
+	// pass), "user_metadata" (a new metadata value), "phases" (a forward pass after a backward pass or
 	// an optimizer step), "periodicity" (a repeating allocation sequence; only for traces
 	// without frames, a guess) or "none".
 	Source string
@@ -492,7 +493,18 @@ func (r *Roles) findSteps(dev int, d *deviceRoles, evs []snapshot.Event) StepInf
 	if !d.hasTrace {
 		return StepInfo{Source: IterationsNone, Starts: []int{}}
 	}
-	if d.allocs[phaseForward]+d.allocs[phaseBackward]+d.allocs[phaseOptimizer] > 0 {
+	if starts := metadataStarts(r.snap, evs); starts != nil {
+		return StepInfo{Source: IterationsFromMetadata, Starts: starts}
+	}
+	framed := d.allocs[phaseForward]+d.allocs[phaseBackward]+d.allocs[phaseOptimizer] > 0
+	if !framed || d.allocs[phaseBackward] == 0 {
+		// Without frames (or without a backward pass the frames show), optimizer-step
+		// annotations still mark where steps end.
+		if starts := optimizerStepStarts(r.snap, dev, evs); len(starts) > 1 {
+			return StepInfo{Source: IterationsFromAnnotations, Starts: starts}
+		}
+	}
+	if framed {
 		if d.allocs[phaseBackward]+d.allocs[phaseOptimizer] == 0 {
 			return StepInfo{Source: IterationsNone, Starts: []int{}}
 		}

@@ -47,18 +47,12 @@ func (t *MemoryTotals) addSegment(seg *snapshot.Segment) {
 	t.Segments++
 	t.ReservedBytes += seg.TotalSize
 	t.Blocks += len(seg.Blocks)
-	for _, b := range seg.Blocks {
-		switch b.State {
-		case snapshot.StateActiveAllocated:
-			t.AllocatedBytes += b.Size
-			t.RequestedBytes += b.RequestedSize
-			t.RoundingWasteBytes += b.Size - b.RequestedSize
-		case snapshot.StateActivePendingFree:
-			t.PendingFreeBytes += b.Size
-		case snapshot.StateInactive:
-			t.InactiveBytes += b.Size
-		}
-	}
+	sums := seg.Sums()
+	t.AllocatedBytes += sums.Allocated
+	t.RequestedBytes += sums.RequestedAllocated
+	t.RoundingWasteBytes += sums.Allocated - sums.RequestedAllocated
+	t.PendingFreeBytes += sums.PendingFree
+	t.InactiveBytes += sums.Inactive
 }
 
 // PoolSummary is one (pool, stream, segment type) group of segments.

@@ -216,7 +216,7 @@ var fieldDocs = map[string]string{
 	"ReplayResult.PeakOutsideOptimizerBytes": "When the peak is inside an optimizer step: the highest allocated level outside optimizer steps (the forward/backward peak)",
 	"ReplayResult.OptimizerAdvice":           "Set only when an optimizer step sets the peak and its temporaries plus the state it re-allocates hold at least a tenth of it (and 64 MiB): how to make the update in place or fused",
 	"ReplayResult.DelayedFrees":              "Frees completed later than requested because another stream still used the block (record_stream)",
-	"ReplayResult.IterationSource":           "Where steps come from: annotations (ProfilerStep#N), phases (a forward pass after a backward pass or an optimizer step), periodicity (a repeating allocation sequence: only for traces without frames, a guess) or none (no step boundary visible: nothing can be said to grow step to step)",
+	"ReplayResult.IterationSource":           "Where steps come from: annotations (ProfilerStep#N spans; Optimizer.step#… spans when the frames show no backward pass), user_metadata (a new value set with torch.cuda.memory._set_memory_metadata), phases (a forward pass after a backward pass or an optimizer step), periodicity (a repeating allocation sequence: only for traces without frames, a guess) or none (no step boundary visible: nothing can be said to grow step to step)",
 	"ReplayResult.Iterations":                "Iterations found in the trace",
 	"ReplayResult.IterationPeriodAllocs":     "Length of one iteration in alloc events (the detected period)",
 	"ReplayResult.IterationPeriodEvents":     "Length of one iteration in trace events (median distance between iteration starts)",
