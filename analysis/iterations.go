@@ -70,11 +70,25 @@ type periodResult struct {
 // iterations (e.g. a first step that also created optimizer state) whose first allocations are
 // the same as an iteration's.
 func detectPeriod(allocs []allocRec) (periodResult, bool) {
-	n := len(allocs)
-	if n < 6 {
+	if len(allocs) < 6 {
 		return periodResult{}, false
 	}
-	// Candidate periods: distances between consecutive allocations with the same key.
+	for _, p := range candidatePeriods(allocs) {
+		start, lastMatch, ok := periodicRegion(allocs, p)
+		if !ok {
+			continue
+		}
+		starts := troughStarts(allocs, p, start, lastMatch)
+		return periodResult{period: p, starts: warmupStarts(allocs, p, starts)}, true
+	}
+	return periodResult{}, false
+}
+
+// candidatePeriods are the distances between consecutive allocations with the same key that
+// occur at least twice and fit three times in the sequence: the 32 most frequent, shortest
+// first.
+func candidatePeriods(allocs []allocRec) []int {
+	n := len(allocs)
 	last := map[uint64]int{}
 	gaps := map[int]int{}
 	for i, a := range allocs {
@@ -90,82 +104,94 @@ func detectPeriod(allocs []allocRec) (periodResult, bool) {
 			cands = append(cands, cand{g, c})
 		}
 	}
-	slices.SortFunc(cands, func(x, y cand) int {
-		if x.count != y.count {
-			return y.count - x.count
-		}
-		return x.gap - y.gap
-	})
+	slices.SortFunc(cands, func(x, y cand) int { return cmp.Or(y.count-x.count, x.gap-y.gap) })
 	if len(cands) > 32 {
 		cands = cands[:32]
 	}
-	slices.SortFunc(cands, func(x, y cand) int { return x.gap - y.gap })
-	for _, c := range cands {
-		p := c.gap
-		// The periodic region starts at the first run of p consecutive matches.
-		start, run := -1, 0
-		for i := 0; i+p < n; i++ {
-			if allocs[i].key == allocs[i+p].key {
-				run++
-				if run == p {
-					start = i - p + 1
-					break
-				}
-			} else {
-				run = 0
-			}
-		}
-		if start < 0 {
-			continue
-		}
-		lastMatch, matches := start, 0
-		for i := start; i+p < n; i++ {
-			if allocs[i].key == allocs[i+p].key {
-				matches++
-				lastMatch = i
-			}
-		}
-		span := lastMatch - start + 1
-		if span < 2*p || matches*10 < span*9 {
-			continue
-		}
-		// Phase: the lowest allocated level within the first period.
-		j := start
-		for i := start; i < start+p; i++ {
-			if allocs[i].level < allocs[j].level {
-				j = i
-			}
-		}
-		var starts []int
-		for b := j; b <= lastMatch+p && b < n; b += p {
-			starts = append(starts, b)
-		}
-		// Earlier iterations that begin like one (warm-up steps that differ later on).
-		m := min(p, 8)
-		for {
-			b0 := starts[0]
-			found := -1
-			for c := b0 - m; c >= 0 && c >= b0-2*p; c-- {
-				same := true
-				for k := 0; k < m; k++ {
-					if allocs[c+k].key != allocs[b0+k].key {
-						same = false
-						break
-					}
-				}
-				if same {
-					found = c
-					break
-				}
-			}
-			if found < 0 {
+	out := make([]int, len(cands))
+	for i, c := range cands {
+		out[i] = c.gap
+	}
+	slices.Sort(out)
+	return out
+}
+
+// periodicRegion finds where period p holds: from the first run of p consecutive matches to
+// the last match, spanning at least two periods with at least 90% of the positions matching.
+func periodicRegion(allocs []allocRec, p int) (start, lastMatch int, ok bool) {
+	n := len(allocs)
+	start, run := -1, 0
+	for i := 0; i+p < n; i++ {
+		if allocs[i].key == allocs[i+p].key {
+			run++
+			if run == p {
+				start = i - p + 1
 				break
 			}
-			starts = slices.Insert(starts, 0, found)
+		} else {
+			run = 0
 		}
-		return periodResult{period: p, starts: starts}, true
 	}
-	return periodResult{}, false
+	if start < 0 {
+		return 0, 0, false
+	}
+	lastMatch, matches := start, 0
+	for i := start; i+p < n; i++ {
+		if allocs[i].key == allocs[i+p].key {
+			matches++
+			lastMatch = i
+		}
+	}
+	span := lastMatch - start + 1
+	if span < 2*p || matches*10 < span*9 {
+		return 0, 0, false
+	}
+	return start, lastMatch, true
+}
+
+// troughStarts puts the iteration starts at the lowest allocated level within the first period
+// (the trough of the sawtooth) and every p allocations from there.
+func troughStarts(allocs []allocRec, p, start, lastMatch int) []int {
+	j := start
+	for i := start; i < start+p; i++ {
+		if allocs[i].level < allocs[j].level {
+			j = i
+		}
+	}
+	var starts []int
+	for b := j; b <= lastMatch+p && b < len(allocs); b += p {
+		starts = append(starts, b)
+	}
+	return starts
+}
+
+// warmupStarts adds earlier iterations that begin like one (warm-up steps that differ later
+// on, e.g. a first step that also creates optimizer state).
+func warmupStarts(allocs []allocRec, p int, starts []int) []int {
+	m := min(p, 8)
+	for {
+		b0 := starts[0]
+		found := -1
+		for c := b0 - m; c >= 0 && c >= b0-2*p; c-- {
+			if sameKeys(allocs[c:c+m], allocs[b0:b0+m]) {
+				found = c
+				break
+			}
+		}
+		if found < 0 {
+			return starts
+		}
+		starts = slices.Insert(starts, 0, found)
+	}
+}
+
+func sameKeys(a, b []allocRec) bool {
+	for k := range a {
+		if a[k].key != b[k].key {
+			return false
+		}
+	}
+	return true
 }
 
 // annotationStarts returns the event indices where ProfilerStep#N annotations start iterations
