@@ -18,6 +18,9 @@ type AttributionOptions struct {
 	// Keep is a list of regular expressions; a Python frame whose "file:function" matches counts as
 	// user code even inside site-packages or torch.
 	Keep []string `json:"keep,omitempty"`
+	// Rules are the user's own categories (see ParseRules): a block whose stack matches one is
+	// grouped under the rule's name (its site) and carries rule. The role is still its own.
+	Rules []Rule `json:"rules,omitempty"`
 }
 
 // Site kinds: where the chosen frame comes from.
@@ -26,6 +29,7 @@ const (
 	SiteKindTorch   = "torch"   // no user frame: the innermost PyTorch frame
 	SiteKindLibrary = "library" // no user or torch frame: the innermost other Python frame
 	SiteKindNone    = "none"    // no Python frame at all
+	SiteKindRule    = "rule"    // a --rules category: the site is the rule's name
 )
 
 // Sites used when a stack has no Python frame.
@@ -72,6 +76,8 @@ type SiteIdentity struct {
 	UserFile     string `json:"user_file,omitempty"`
 	UserLine     int64  `json:"user_line,omitempty"`
 	UserFunction string `json:"user_function,omitempty"`
+	// Rule is the --rules category that matched (then Site is its name); empty otherwise.
+	Rule string `json:"rule,omitempty"`
 }
 
 // rowKey groups blocks into one row per (site, role). Blocks your code holds past their pass
@@ -146,6 +152,7 @@ type Attributor struct {
 	roots []string
 	skip  []*regexp.Regexp
 	keep  []*regexp.Regexp
+	rules []Rule
 	cache map[attrKey]Attribution
 }
 
@@ -164,6 +171,12 @@ func NewAttributor(opt AttributionOptions) (*Attributor, error) {
 			return nil, fmt.Errorf("bad --skip pattern %q: %w", s, err)
 		}
 		a.skip = append(a.skip, re)
+	}
+	for _, r := range opt.Rules {
+		if err := r.compile(); err != nil {
+			return nil, fmt.Errorf("bad --rules: %w", err)
+		}
+		a.rules = append(a.rules, r)
 	}
 	for _, s := range opt.Keep {
 		re, err := regexp.Compile(s)
@@ -407,6 +420,11 @@ func (a *Attributor) AttributeFrames(frames []snapshot.Frame, noStack bool, caps
 	}
 	at.Stack = filteredStack(frames, kinds, modelIdx, torchIdx)
 	classify(&at, frames, kinds, modelIdx, noStack, caps)
+	if name, f, ok := matchRule(a.rules, frames); ok {
+		// One row per rule: the frame that matched goes to the stack, not the grouping key.
+		at.Site, at.File, at.Line, at.Function, at.Kind, at.Rule = name, "", 0, "", SiteKindRule, name
+		at.Stack = append([]string{"rule " + name + " matched " + frameString(f)}, at.Stack...)
+	}
 	return at
 }
 

@@ -125,6 +125,10 @@ type ReplayResult struct {
 	// PeakOutsideOptimizerBytes is the highest allocated level outside optimizer steps, set when
 	// the peak is inside one.
 	PeakOutsideOptimizerBytes int64 `json:"peak_outside_optimizer_bytes,omitempty"`
+	// Stages are the forward passes, backward passes and optimizer steps of the trace with their
+	// allocated bytes at start, peak and end (at most 300; StagesTotal counts them all).
+	Stages      []Stage `json:"stages"`
+	StagesTotal int     `json:"stages_total"`
 	// OptimizerAdvice is set only when an optimizer step sets the peak and its temporaries and
 	// re-allocated state are material there.
 	OptimizerAdvice string       `json:"optimizer_advice,omitempty"`
@@ -579,7 +583,7 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 // reconstruction of the state at the first event.
 func newReplayResult(snap *snapshot.Snapshot, roles *Roles, e *engine, dev int) *ReplayResult {
 	r := &ReplayResult{Path: snap.Path, Device: dev, HasTrace: roles.device(dev).hasTrace, Events: len(e.evs),
-		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{},
+		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{}, Stages: []Stage{},
 		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none"}
 	r.DelayedFrees = DelayedFrees{Streams: []string{}, Sites: []SiteBytes{}}
 	r.GCFrees = GCFrees{Sites: []SiteBytes{}}
@@ -799,6 +803,7 @@ func replaySteps(roles *Roles, dev int, e *engine, r *ReplayResult, w *walk, lim
 		r.IterationStartEvents = r.IterationStartEvents[:maxIterationStarts]
 	}
 	r.Sawtooth = sawtooth(starts, w.before, w.after)
+	r.Stages, r.StagesTotal = roles.stages(dev, w.before, w.after)
 	r.RepeatingSites = repeatingSites(roles, dev, e, starts, w.allocsPerStack, limit)
 }
 
@@ -1009,6 +1014,7 @@ func (r *ReplayResult) Text() string {
 	if r.OptimizerAdvice != "" {
 		fmt.Fprintf(&b, "  %s\n", r.OptimizerAdvice)
 	}
+	b.WriteString(stagesText(r.Stages, r.StagesTotal))
 	if d := r.DelayedFrees; d.Count > 0 || d.PendingAtEnd > 0 {
 		fmt.Fprintf(&b, "  %d delayed frees (%s, up to %d events later) on streams %s: blocks used on another stream (record_stream); %d still pending at the end\n",
 			d.Count, FormatBytes(d.Bytes), d.MaxDelayEvents, strings.Join(d.Streams, ", "), d.PendingAtEnd)

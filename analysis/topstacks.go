@@ -1,7 +1,9 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -10,7 +12,8 @@ import (
 
 // TopStacksOptions selects and groups the blocks of TopStacks.
 type TopStacksOptions struct {
-	// GroupBy is "site" (default), "stack", "file" or "function".
+	// GroupBy is "site" (default), "stack", "file", "function", "annotation" (the innermost
+	// record_function range open when the block was allocated) or "compile_context".
 	GroupBy string `json:"group_by"`
 	// State is "allocated" (default), "pending", "inactive" or "all".
 	State string `json:"state"`
@@ -37,7 +40,17 @@ type TopSite struct {
 	// StackID is the snapshot stack the representative stack comes from (the group's largest
 	// block's): read it whole with read-raw-section stacks[ID]; -1 when no stack was recorded.
 	StackID int `json:"stack_id"`
+	// TraceAllocs and TraceAllocBytes (group_by annotation or compile_context, with a trace):
+	// every allocation the trace made in this group, freed or not.
+	TraceAllocs     int   `json:"trace_allocs,omitempty"`
+	TraceAllocBytes int64 `json:"trace_alloc_bytes,omitempty"`
 }
+
+// Site kinds of rows grouped by label instead of by frame.
+const (
+	SiteKindAnnotation     = "annotation"
+	SiteKindCompileContext = "compile_context"
+)
 
 // TopStacksResult is live memory grouped by site (or stack, file, function), largest first.
 type TopStacksResult struct {
@@ -77,10 +90,11 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 	if opt.State == "" {
 		opt.State = "allocated"
 	}
+	byLabel := opt.GroupBy == "annotation" || opt.GroupBy == "compile_context"
 	switch opt.GroupBy {
-	case "site", "stack", "file", "function":
+	case "site", "stack", "file", "function", "annotation", "compile_context":
 	default:
-		return nil, fmt.Errorf("top-stacks: --group-by must be site, stack, file or function, not %q", opt.GroupBy)
+		return nil, fmt.Errorf("top-stacks: --group-by must be site, stack, file, function, annotation or compile_context, not %q", opt.GroupBy)
 	}
 	switch opt.State {
 	case "allocated", "pending", "inactive", "all":
@@ -103,9 +117,38 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		allOther bool  // every block's category is "other" (container candidates)
 		allocs   []int // trace events that allocated the group's live blocks
 		dev      int
+		// roleBytes (label groups): bytes per role; the row shows the largest
+		roleBytes map[string]int64
 	}
 	groups := map[string]*agg{}
 	noStack, emptyStack := 0, 0
+	labels := map[int]eventLabels{}
+	labelsOf := func(dev int) eventLabels {
+		l, ok := labels[dev]
+		if !ok {
+			evs := roles.traceOf(dev)
+			if opt.GroupBy == "annotation" {
+				l = annotationLabels(snap, dev, evs)
+			} else {
+				l = compileLabels(snap, evs)
+			}
+			labels[dev] = l
+		}
+		return l
+	}
+	labelRow := func(label string, dev int) *agg {
+		g := groups[label]
+		if g == nil {
+			kind := SiteKindAnnotation
+			if opt.GroupBy == "compile_context" {
+				kind = SiteKindCompileContext
+			}
+			g = &agg{ts: TopSite{SiteIdentity: SiteIdentity{Site: label, Kind: kind}, Stack: []string{}},
+				topID: snapshot.NoStack, sizes: sizeHist{}, dev: dev, roleBytes: map[string]int64{}}
+			groups[label] = g
+		}
+		return g
+	}
 	for si := range snap.Segments {
 		seg := &snap.Segments[si]
 		if opt.Device >= 0 && seg.Device != opt.Device {
@@ -120,6 +163,18 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 				noStack++
 			} else if b.Stack == snapshot.EmptyStack {
 				emptyStack++
+			}
+			if byLabel {
+				g := labelRow(labelsOf(seg.Device).label(allocIdx), seg.Device)
+				g.ts.Bytes += b.Size
+				g.ts.Blocks++
+				g.roleBytes[at.Category] += b.Size
+				if b.Size > g.topSize {
+					g.topSize, g.topID, g.ts.Stack = b.Size, b.Stack, at.Stack
+				}
+				r.TotalBytes += b.Size
+				r.TotalBlocks++
+				continue
 			}
 			var key string
 			switch opt.GroupBy {
@@ -175,7 +230,33 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			r.TotalBlocks++
 		}
 	}
+	if byLabel {
+		traced := false
+		for dev, evs := range snap.DeviceTraces {
+			if (opt.Device >= 0 && dev != opt.Device) || !roles.device(dev).hasTrace {
+				continue
+			}
+			traced = true
+			l := labelsOf(dev)
+			for i, ev := range evs {
+				if ev.Action == snapshot.ActionAlloc {
+					g := labelRow(l.label(i), dev)
+					g.ts.TraceAllocs++
+					g.ts.TraceAllocBytes += ev.Size
+				}
+			}
+		}
+		for _, dev := range slices.Sorted(maps.Keys(labels)) {
+			r.Notes = append(r.Notes, labels[dev].notes...)
+		}
+		if !traced {
+			r.Notes = append(r.Notes, "the file has no trace: blocks cannot be placed in the range or compile context that allocated them ("+LabelPreTrace+")")
+		}
+	}
 	for _, g := range groups {
+		if byLabel {
+			g.ts.Category, g.ts.Evidence = dominantRole(g.roleBytes, opt.GroupBy)
+		}
 		if (opt.GroupBy == "site" || opt.GroupBy == "stack") && opt.State != "inactive" && g.allOther {
 			if ev := roles.containerGuess(g.dev, g.ts.SiteIdentity, g.sizes, g.allocs); ev != "" {
 				g.ts.Category, g.ts.Evidence = CategoryUserContainer, ev
@@ -198,6 +279,24 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		r.Notes = append(r.Notes, "inactive blocks keep the stack of their last use; it says who freed-up memory belonged to, not who holds it")
 	}
 	return r, nil
+}
+
+// dominantRole is the role holding the most bytes of a label group, with the breakdown.
+func dominantRole(roleBytes map[string]int64, groupBy string) (string, string) {
+	cats := slices.Collect(maps.Keys(roleBytes))
+	slices.SortFunc(cats, func(a, b string) int { return cmp.Or(cmp.Compare(roleBytes[b], roleBytes[a]), strings.Compare(a, b)) })
+	if len(cats) == 0 {
+		return CategoryOther, "no live block was allocated here; see trace_allocs for what the trace allocated"
+	}
+	parts := make([]string, 0, len(cats))
+	for _, c := range cats {
+		parts = append(parts, fmt.Sprintf("%s %s", FormatBytes(roleBytes[c]), c))
+	}
+	what := "the innermost record_function range open when each block was allocated"
+	if groupBy == "compile_context" {
+		what = "the compile_context (torch.compile frame and graph) of each block's allocation"
+	}
+	return cats[0], "grouped by " + what + "; roles: " + strings.Join(parts, ", ")
 }
 
 // capsNotes says what a file's stacks cannot tell.
@@ -240,7 +339,17 @@ func (r *TopStacksResult) Text() string {
 		if s.Function != "" && r.GroupBy != "function" && s.Kind != SiteKindNone {
 			fmt.Fprintf(&b, " in %s", s.Function)
 		}
-		fmt.Fprintf(&b, "  [%s]\n", s.Category)
+		if s.Blocks > 0 || s.TraceAllocs == 0 {
+			fmt.Fprintf(&b, "  [%s]", s.Category)
+		}
+		if s.TraceAllocs > 0 {
+			fmt.Fprintf(&b, "  (trace: %s, %s in all", count(s.TraceAllocs, "allocation"), FormatBytes(s.TraceAllocBytes))
+			if s.Blocks == 0 {
+				b.WriteString(", all freed")
+			}
+			b.WriteString(")")
+		}
+		b.WriteString("\n")
 		for _, f := range s.Stack {
 			fmt.Fprintf(&b, "      %s\n", f)
 		}

@@ -1,0 +1,262 @@
+package analysis
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// CheckOptions are the budgets of a memory gate; a zero budget is not checked.
+type CheckOptions struct {
+	MaxPeakBytes      int64 `json:"max_peak_bytes,omitempty"`
+	MaxReservedBytes  int64 `json:"max_reserved_bytes,omitempty"`
+	MaxAllocatedBytes int64 `json:"max_allocated_bytes,omitempty"`
+	// MaxGrowthPercent bounds the growth of the peak (or, without traces, of the final allocated
+	// bytes) over Baseline; negative means unset.
+	MaxGrowthPercent float64            `json:"max_growth_percent,omitempty"`
+	Baseline         *snapshot.Snapshot `json:"-"`
+	// Device restricts the gate to one device; AllDevices checks each.
+	Device      int                `json:"device"`
+	Attribution AttributionOptions `json:"-"`
+}
+
+// CheckBudget is one budget on one device, met or not.
+type CheckBudget struct {
+	// Budget is the flag: max-peak, max-reserved, max-allocated or max-growth.
+	Budget string `json:"budget"`
+	Device int    `json:"device"`
+	// Measure names the number compared: peak_allocated (over the trace), peak_reserved,
+	// final_allocated, final_reserved, or peak_growth / final_allocated_growth.
+	Measure       string  `json:"measure"`
+	ValueBytes    int64   `json:"value_bytes"`
+	LimitBytes    int64   `json:"limit_bytes,omitempty"`
+	ValuePercent  float64 `json:"value_percent,omitempty"` // max-growth: the growth over the baseline
+	LimitPercent  float64 `json:"limit_percent,omitempty"`
+	BaselineBytes int64   `json:"baseline_bytes,omitempty"`
+	Pass          bool    `json:"pass"`
+	// TopSite is the largest site live at the measured moment (at the peak event, or in the
+	// final state), with its bytes and role.
+	TopSite         string `json:"top_site,omitempty"`
+	TopSiteBytes    int64  `json:"top_site_bytes,omitempty"`
+	TopSiteCategory string `json:"top_site_category,omitempty"`
+	Message         string `json:"message"`
+}
+
+// CheckResult is the gate's answer: pass when every budget holds.
+type CheckResult struct {
+	Path     string        `json:"path"`
+	Baseline string        `json:"baseline,omitempty"`
+	Pass     bool          `json:"pass"`
+	Budgets  []CheckBudget `json:"budgets"`
+	Notes    []string      `json:"notes"`
+}
+
+// deviceLevels are the numbers a gate compares on one device.
+type deviceLevels struct {
+	hasTrace                   bool
+	peakAlloc, peakRes         int64
+	finalAlloc, finalRes       int64
+	peakEvent                  int
+	peakTop                    SiteBytes
+	finalTop                   TopSite
+	peakTopFound, finalTopSeen bool
+}
+
+func levels(ctx context.Context, snap *snapshot.Snapshot, dev int, att AttributionOptions) (deviceLevels, error) {
+	rp, err := ReplayDevice(ctx, snap, ReplayOptions{Device: dev, Limit: 1, Attribution: att})
+	if err != nil {
+		return deviceLevels{}, err
+	}
+	l := deviceLevels{hasTrace: rp.HasTrace, finalAlloc: rp.FinalAllocatedBytes, finalRes: rp.FinalReservedBytes,
+		peakAlloc: rp.PeakAllocatedBytes, peakRes: rp.PeakReservedBytes, peakEvent: rp.PeakAllocatedEvent}
+	if !rp.HasTrace {
+		l.peakAlloc, l.peakRes = rp.FinalAllocatedBytes, rp.FinalReservedBytes
+	}
+	if len(rp.PeakSites) > 0 {
+		l.peakTop, l.peakTopFound = rp.PeakSites[0], true
+	}
+	ts, err := TopStacks(snap, TopStacksOptions{Device: dev, Limit: 1, Attribution: att})
+	if err != nil {
+		return deviceLevels{}, err
+	}
+	if len(ts.Sites) > 0 {
+		l.finalTop, l.finalTopSeen = ts.Sites[0], true
+	}
+	return l, nil
+}
+
+// Check runs the memory gate on snap.
+func Check(ctx context.Context, snap *snapshot.Snapshot, opt CheckOptions) (*CheckResult, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("check: no snapshot")
+	}
+	if opt.MaxPeakBytes <= 0 && opt.MaxReservedBytes <= 0 && opt.MaxAllocatedBytes <= 0 && opt.Baseline == nil {
+		return nil, fmt.Errorf("check: no budget given: set --max-peak, --max-reserved, --max-allocated, or --baseline with --max-growth")
+	}
+	if opt.Baseline != nil && opt.MaxGrowthPercent < 0 {
+		return nil, fmt.Errorf("check: --baseline needs --max-growth PCT")
+	}
+	r := &CheckResult{Path: snap.Path, Pass: true, Budgets: []CheckBudget{}, Notes: []string{}}
+	if opt.Baseline != nil {
+		r.Baseline = opt.Baseline.Path
+	}
+	devs := snap.Devices()
+	if opt.Device >= 0 {
+		devs = []int{opt.Device}
+	}
+	if len(devs) == 0 {
+		r.Notes = append(r.Notes, "the file holds no device with memory: every budget holds trivially")
+	}
+	for _, dev := range devs {
+		l, err := levels(ctx, snap, dev, opt.Attribution)
+		if err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+		peakMeasure, resMeasure := "peak_allocated", "peak_reserved"
+		if !l.hasTrace {
+			peakMeasure, resMeasure = "final_allocated", "final_reserved"
+		}
+		add := func(b CheckBudget) {
+			b.Device = dev
+			r.Budgets = append(r.Budgets, b)
+			r.Pass = r.Pass && b.Pass
+		}
+		if opt.MaxPeakBytes > 0 {
+			add(l.budget("max-peak", peakMeasure, l.peakAlloc, opt.MaxPeakBytes, !l.hasTrace))
+		}
+		if opt.MaxReservedBytes > 0 {
+			add(l.budget("max-reserved", resMeasure, l.peakRes, opt.MaxReservedBytes, !l.hasTrace))
+		}
+		if opt.MaxAllocatedBytes > 0 {
+			add(l.budget("max-allocated", "final_allocated", l.finalAlloc, opt.MaxAllocatedBytes, true))
+		}
+		if opt.Baseline != nil {
+			b, err := growthBudget(ctx, opt, dev, l)
+			if err != nil {
+				return nil, err
+			}
+			add(b)
+		}
+		if !l.hasTrace && (opt.MaxPeakBytes > 0 || opt.MaxReservedBytes > 0) {
+			r.Notes = append(r.Notes, fmt.Sprintf("device %d has no trace: the peak budgets are checked against the final state (record history with torch.cuda.memory._record_memory_history to gate the real peak)", dev))
+		}
+	}
+	return r, nil
+}
+
+// budget compares one level with its limit and names the top site at that moment.
+func (l deviceLevels) budget(name, measure string, value, limit int64, final bool) CheckBudget {
+	b := CheckBudget{Budget: name, Measure: measure, ValueBytes: value, LimitBytes: limit, Pass: value <= limit}
+	l.topSite(&b, final)
+	what := strings.ReplaceAll(measure, "_", " ")
+	if b.Pass {
+		b.Message = fmt.Sprintf("%s %s is within --%s %s", what, FormatBytes(value), name, FormatBytes(limit))
+	} else {
+		b.Message = fmt.Sprintf("%s %s exceeds --%s %s by %s", what, FormatBytes(value), name, FormatBytes(limit), FormatBytes(value-limit))
+	}
+	b.Message += l.topText(b, final)
+	return b
+}
+
+func (l deviceLevels) topSite(b *CheckBudget, final bool) {
+	switch {
+	case !final && l.peakTopFound:
+		b.TopSite, b.TopSiteBytes, b.TopSiteCategory = l.peakTop.Site, l.peakTop.Bytes, l.peakTop.Category
+	case final && l.finalTopSeen:
+		b.TopSite, b.TopSiteBytes, b.TopSiteCategory = l.finalTop.Site, l.finalTop.Bytes, l.finalTop.Category
+	}
+}
+
+func (l deviceLevels) topText(b CheckBudget, final bool) string {
+	if b.TopSite == "" {
+		return ""
+	}
+	at := "in the final state"
+	if !final {
+		at = fmt.Sprintf("at the peak (event %d)", l.peakEvent)
+	}
+	return fmt.Sprintf("; top site %s: %s %s [%s]", at, b.TopSite, FormatBytes(b.TopSiteBytes), b.TopSiteCategory)
+}
+
+// growthBudget compares the device's peak (or final allocated bytes, when either file has no
+// trace) with the baseline's.
+func growthBudget(ctx context.Context, opt CheckOptions, dev int, l deviceLevels) (CheckBudget, error) {
+	base, err := levels(ctx, opt.Baseline, dev, opt.Attribution)
+	if err != nil {
+		return CheckBudget{}, fmt.Errorf("check: baseline: %w", err)
+	}
+	measure, now, then, final := "peak_growth", l.peakAlloc, base.peakAlloc, false
+	if !l.hasTrace || !base.hasTrace {
+		measure, now, then, final = "final_allocated_growth", l.finalAlloc, base.finalAlloc, true
+	}
+	b := CheckBudget{Budget: "max-growth", Measure: measure, ValueBytes: now, BaselineBytes: then, LimitPercent: opt.MaxGrowthPercent}
+	switch {
+	case then > 0:
+		b.ValuePercent = math.Round(float64(now-then)/float64(then)*1000) / 10
+	case now > 0:
+		b.ValuePercent = 100 // from nothing: report as doubling at least; the message says so
+	}
+	b.Pass = then > 0 && b.ValuePercent <= opt.MaxGrowthPercent || then == 0 && now == 0
+	l.topSite(&b, final)
+	what := "peak allocated"
+	if final {
+		what = "final allocated"
+	}
+	verb := "is within"
+	if !b.Pass {
+		verb = "exceeds"
+	}
+	if then > 0 {
+		b.Message = fmt.Sprintf("%s %s vs baseline %s (%+.1f%%) %s --max-growth %s%%", what, FormatBytes(now), FormatBytes(then), b.ValuePercent, verb, strconv.FormatFloat(opt.MaxGrowthPercent, 'f', -1, 64))
+	} else {
+		b.Message = fmt.Sprintf("%s %s vs baseline %s: the baseline holds nothing on device %d, so growth cannot be a percentage", what, FormatBytes(now), FormatBytes(then), dev)
+	}
+	b.Message += l.topText(b, final)
+	return b, nil
+}
+
+// Text renders one line per violated budget (or the passing ones when all hold).
+func (r *CheckResult) Text() string {
+	var b strings.Builder
+	for _, c := range r.Budgets {
+		if !c.Pass {
+			fmt.Fprintf(&b, "FAIL device %d: %s\n", c.Device, c.Message)
+		}
+	}
+	if r.Pass {
+		for _, c := range r.Budgets {
+			fmt.Fprintf(&b, "ok device %d: %s\n", c.Device, c.Message)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	return b.String()
+}
+
+// ParseBytes reads a size: a plain number of bytes, or a number with a unit (B, KiB, MiB, GiB,
+// TiB, or the decimal kB, MB, GB, TB), e.g. 20GiB, 512MiB, 1.5GB.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') && t[i-1] != '.' {
+		i--
+	}
+	num, unit := strings.TrimSpace(t[:i]), strings.ToLower(strings.TrimSpace(t[i:]))
+	mult := map[string]float64{"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+		"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12}[unit]
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || mult == 0 || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("bad size %q: want bytes or a number with a unit, e.g. 20GiB, 512MiB, 1.5GB", s)
+	}
+	b := v * mult
+	if b >= math.MaxInt64 {
+		return 0, fmt.Errorf("bad size %q: too large", s)
+	}
+	return int64(math.Round(b)), nil
+}
