@@ -176,7 +176,11 @@ func (l deviceLevels) topText(b CheckBudget, final bool) string {
 		return ""
 	}
 	at := "in the final state"
-	if !final {
+	switch {
+	case final:
+	case b.Budget == "max-reserved":
+		at = fmt.Sprintf("at the allocated peak (event %d)", l.peakEvent)
+	default:
 		at = fmt.Sprintf("at the peak (event %d)", l.peakEvent)
 	}
 	return fmt.Sprintf("; top site %s: %s %s [%s]", at, b.TopSite, FormatBytes(b.TopSiteBytes), b.TopSiteCategory)

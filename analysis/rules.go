@@ -74,6 +74,27 @@ func ParseRules(data []byte) ([]Rule, error) {
 	return rules, nil
 }
 
+// CompileRules checks rules given as data (the MCP tools' rules argument): names present and
+// distinct, patterns valid.
+func CompileRules(rules []Rule) ([]Rule, error) {
+	out := make([]Rule, len(rules))
+	seen := map[string]bool{}
+	for i, r := range rules {
+		if strings.TrimSpace(r.Name) == "" {
+			return nil, fmt.Errorf("rule %d has an empty name", i+1)
+		}
+		if seen[r.Name] {
+			return nil, fmt.Errorf("rule %q appears twice", r.Name)
+		}
+		seen[r.Name] = true
+		if err := r.compile(); err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
 func (r *Rule) compile() error {
 	if r.re != nil {
 		return nil

@@ -8,14 +8,16 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/memsnap/memsnap/tools"
 )
 
-// Tools the suite may call (the MCP server's tool names).
-var knownTools = []string{"summarize", "diff", "top-stacks", "oom-report", "read-raw-section", "fragmentation", "replay"}
+// Tools the suite may call: the MCP server's tool names.
+var knownTools = tools.ToolNames
 
 // pathArgs are the tool arguments that name files; relative values are resolved against the
 // suite's root before the call.
-var pathArgs = []string{"path", "before", "after"}
+var pathArgs = []string{"path", "before", "after", "baseline"}
 
 // Suite is a parsed eval file.
 type Suite struct {

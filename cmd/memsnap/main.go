@@ -23,9 +23,10 @@ func main() {
 	}
 }
 
-// exitCode: 2 for bad input or usage, 1 for anything else (an interrupted run).
+// exitCode: 2 for bad input or usage, 1 for anything else (an interrupted run, a memory
+// budget that check found exceeded).
 func exitCode(err error) int {
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, errOverBudget) {
 		return 1
 	}
 	return 2
