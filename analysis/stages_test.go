@@ -269,3 +269,19 @@ func TestCheckGate(t *testing.T) {
 		t.Fatalf("no budget: %v", err)
 	}
 }
+
+func TestCompileLabels(t *testing.T) {
+	snap := &snapshot.Snapshot{EventExtras: []snapshot.EventExtra{{}, {CompileContext: "N/A"}, {CompileContext: "0/0"}, {CompileContext: "1/0"}}}
+	evs := []snapshot.Event{{Extra: 0}, {Extra: 1}, {Extra: 2}, {Extra: 3}, {Extra: 2}, {Extra: 9}}
+	l := compileLabels(snap, evs)
+	var got []string
+	for i := range evs {
+		got = append(got, l.label(i))
+	}
+	if want := []string{LabelNone, LabelNone, "0/0", "1/0", "0/0", LabelNone}; !slices.Equal(got, want) {
+		t.Fatalf("labels %q, want %q", got, want)
+	}
+	if l.label(-1) != LabelPreTrace {
+		t.Fatalf("a block without an alloc event: %q", l.label(-1))
+	}
+}
