@@ -1,12 +1,15 @@
 // End-to-end test of `memsnap serve` with the official MCP TypeScript SDK client.
 // Usage: node e2e/client.mjs MEMSNAP_BINARY FIXTURES_DIR
 // Lists tools, calls each on fixtures and checks structuredContent against outputSchema (the
-// SDK validates too), checks isError answers, cancels a call and checks the server still
-// answers, and runs 20 concurrent calls on different files. Exits non-zero on any failure.
+// SDK validates too), checks isError answers, a FIFO, an over-long message and a cancelled
+// call (the server still answers), runs 20 concurrent calls on different files within a 1 MiB
+// cache budget, and drives the streamable HTTP transport (token from MEMSNAP_TOKEN, lower-case
+// "bearer", 413 and Origin 403). Exits non-zero on any failure.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -31,10 +34,10 @@ function check(cond, what) {
 }
 const text = (res) => (res.content || []).filter((c) => c.type === "text").map((c) => c.text).join("");
 
-async function connect() {
+async function connect(extra = []) {
   const transport = new StdioClientTransport({
     command: path.resolve(bin),
-    args: ["serve", "--root", fixtures, "--root", scratch],
+    args: ["serve", "--root", fixtures, "--root", scratch, ...extra],
     stderr: "inherit",
   });
   const client = new Client({ name: "memsnap-e2e", version: "1.0.0" });
@@ -59,10 +62,11 @@ async function main() {
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
   const want = ["diff", "fragmentation", "oom-report", "read-raw-section", "replay", "summarize", "top-stacks"];
-  check(JSON.stringify(Object.keys(byName).sort()) === JSON.stringify(want), "tool names: " + Object.keys(byName).sort());
+  check(want.every((n) => byName[n]), "tool names: " + Object.keys(byName).sort());
   for (const t of tools) {
     check(t.inputSchema?.type === "object" && t.outputSchema?.type === "object", `${t.name}: object schemas`);
     check(t.annotations?.readOnlyHint === true && t.annotations?.destructiveHint === false, `${t.name}: read-only annotations`);
+    check(t.title && t.title !== t.name && t.annotations?.title === t.title, `${t.name}: human title (${t.title})`);
   }
 
   // 2. Call each tool on fixtures; validate structuredContent against outputSchema.
@@ -110,7 +114,7 @@ async function main() {
     ["summarize", { path: fx("no_such_file.pickle") }, /no such file/],
     ["summarize", { path: "/etc/hostname" }, /outside the directories/],
     ["top-stacks", { path: path.join(scratch, "corrupt.pickle") }, /cannot read the snapshot/],
-    ["top-stacks", { path: fx("activation_oom.pickle"), group_by: "bogus" }, /group_by/],
+    ["top-stacks", { path: fx("activation_oom.pickle"), group_by: "bogus" }, /^invalid arguments for top-stacks: group_by must be one of site, stack, file, function(, [a-z_]+)*; got bogus\. top-stacks takes path \(required\), group_by, /],
     ["read-raw-section", { path: fx("activation_oom.pickle"), section: "segments[999]" }, /31 segments/],
     ["replay", { path: fx("activation_oom.pickle"), device: 5 }, /no device 5 \(the file has devices \[0\]\)/],
     ["replay", { path: fx("no_such_file.pickle") }, /no such file/],
@@ -124,12 +128,25 @@ async function main() {
     }
   }
 
-  // 4. Cancel a call that cannot finish (a FIFO nobody writes), then check the server answers.
+  // 4. A FIFO nobody writes is refused at once; an over-long message gets a JSON-RPC error; a
+  // cancelled call is abandoned; after each the server answers.
   const fifo = path.join(scratch, "stuck.pickle");
   execFileSync("mkfifo", [fifo]);
+  const fifoRes = await Promise.race([
+    client.callTool({ name: "summarize", arguments: { path: fifo } }),
+    new Promise((resolve) => setTimeout(() => resolve({ timedOut: true }), 10000)),
+  ]);
+  check(fifoRes.isError === true && /is not a regular file/.test(text(fifoRes)), `FIFO answered with isError: ${JSON.stringify(fifoRes).slice(0, 300)}`);
+  let overlong = "";
+  try {
+    await client.callTool({ name: "summarize", arguments: { path: "x".repeat(2 << 20) } });
+  } catch (e) {
+    overlong = String(e);
+  }
+  check(/over memsnap's limit of 1048576 bytes/.test(overlong), `over-long message answered with a JSON-RPC error: ${overlong.slice(0, 300)}`);
   const ac = new AbortController();
-  const pending = client.callTool({ name: "summarize", arguments: { path: fifo } }, undefined, { signal: ac.signal });
-  setTimeout(() => ac.abort("test cancel"), 300);
+  const pending = client.callTool({ name: "summarize", arguments: { path: fx("retained_graph_step50.pickle") } }, undefined, { signal: ac.signal });
+  ac.abort("test cancel");
   let aborted = false;
   try {
     await pending;
@@ -138,7 +155,7 @@ async function main() {
   }
   check(aborted, "the cancelled call was aborted");
   const after = await client.callTool({ name: "summarize", arguments: { path: fx("no_growth_step5.pickle") } });
-  check(!after.isError && after.structuredContent.totals.segments > 0, "server answers after a cancelled call");
+  check(!after.isError && after.structuredContent.totals.segments > 0, "server answers after a FIFO, an over-long message and a cancelled call");
 
   // Resources and prompts.
   const guide = await client.readResource({ uri: "memsnap://guide" });
@@ -172,7 +189,7 @@ async function main() {
     expected[f] = r.structuredContent;
   }
   await seq.close();
-  const par = await connect();
+  const par = await connect(["--cache-mb", "1"]); // one load at a time: each is admitted alone
   await par.listTools();
   const results = await Promise.all(twenty.map((f) => par.callTool({ name: "summarize", arguments: { path: f } })));
   results.forEach((r, i) => {
@@ -181,6 +198,52 @@ async function main() {
     check(JSON.stringify(r.structuredContent) === JSON.stringify(expected[f]), `concurrent ${path.basename(f)}: same answer as alone`);
   });
   await par.close();
+
+  // 6. Streamable HTTP: the token from MEMSNAP_TOKEN, accepted with a lower-case scheme.
+  await httpChecks();
+}
+
+// startHTTP runs `memsnap serve --http 127.0.0.1:0` and resolves with its endpoint URL.
+function startHTTP(env) {
+  const proc = spawn(path.resolve(bin), ["serve", "--http", "127.0.0.1:0", "--root", fixtures], { env: { ...process.env, ...env } });
+  return new Promise((resolve, reject) => {
+    let err = "";
+    const timer = setTimeout(() => reject(new Error("serve --http did not start: " + err)), 20000);
+    proc.stderr.on("data", (d) => {
+      err += d;
+      const m = /at (http:\/\/\S+\/mcp)/.exec(err);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ proc, url: m[1], log: () => err });
+      }
+    });
+    proc.on("exit", (code) => reject(new Error(`serve --http exited ${code}: ${err}`)));
+  });
+}
+
+async function httpChecks() {
+  const { proc, url, log } = await startHTTP({ MEMSNAP_TOKEN: "e2e-token" });
+  try {
+    const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { Authorization: "bearer e2e-token" } } });
+    const client = new Client({ name: "memsnap-e2e-http", version: "1.0.0" });
+    await client.connect(transport);
+    const res = await client.callTool({ name: "summarize", arguments: { path: fx("activation_oom.pickle") } });
+    check(!res.isError && res.structuredContent.totals.reserved_bytes === 924844032, `HTTP summarize: ${text(res).slice(0, 200)}`);
+    await client.close();
+    const init = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "0" } } });
+    const headers = { "Content-Type": "application/json", Accept: "application/json, text/event-stream", Authorization: "Bearer e2e-token" };
+    const noToken = await fetch(url, { method: "POST", body: init, headers: { ...headers, Authorization: "" } });
+    check(noToken.status === 401, `HTTP without the token: ${noToken.status}`);
+    const big = await fetch(url, { method: "POST", body: "x".repeat(2 << 20), headers });
+    check(big.status === 413, `HTTP over-long body: ${big.status}`);
+    const evil = await fetch(url, { method: "POST", body: init, headers: { ...headers, Origin: "https://evil.example" } });
+    check(evil.status === 403, `HTTP foreign Origin: ${evil.status}`);
+    const local = await fetch(url, { method: "POST", body: init, headers: { ...headers, Origin: "http://localhost:6274" } });
+    check(local.status === 200, `HTTP loopback Origin: ${local.status}`);
+    check(!/level=INFO|Delivered sampling response/.test(log()), "HTTP log has no info lines: " + log());
+  } finally {
+    proc.kill();
+  }
 }
 
 try {

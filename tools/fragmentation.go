@@ -16,7 +16,7 @@ type FragmentationInput struct {
 }
 
 func fragmentationTool(e *env) (server.ServerTool, error) {
-	return declare("fragmentation",
+	return declare(e, "fragmentation", "Cached memory and fragmentation",
 		"How the cached memory is split, per device, pool, stream and segment type: free (inactive) bytes, the largest free block (the largest request served without cudaMalloc), releasable bytes (what empty_cache() returns: fully free segments, or with expandable segments only whole free 2 MiB / 20 MiB pages) vs stranded bytes (free space in segments that still hold a live tensor), rounding waste, a one-line verdict (cache left after a peak, not fragmentation; fragmented; too little free to matter), the trace's segment-release bursts (explicit empty_cache() calls with the calling site, cudaMalloc-failure retries: the device at its limit), and advice (expandable_segments when the device is full; max_split_size_mb only where it applies).",
 		func(ctx context.Context, in FragmentationInput) (*analysis.FragmentationResult, error) {
 			snap, version, err := e.snapshotAt(ctx, in.Path, "path")
@@ -33,5 +33,5 @@ func fragmentationTool(e *env) (server.ServerTool, error) {
 			return memoized(e, "fragmentation", opt, []string{version}, func() (*analysis.FragmentationResult, error) {
 				return analysis.Fragmentation(snap, opt)
 			})
-		}, e.maxText)
+		})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 )
 
 // repoRoot is the module root (two levels above this file's package dir).
@@ -25,13 +26,27 @@ func scenarios(t testing.TB) string { return filepath.Join(repoRoot(t), "testdat
 // newClient starts the server in-process with cfg and returns an initialised client.
 func newClient(t testing.TB, cfg Config, opts ...client.ClientOption) *client.Client {
 	t.Helper()
+	srv, _ := newTestServer(t, cfg)
+	return clientFor(t, srv, opts...)
+}
+
+// newTestServer builds the server with cfg (roots default to the repository) and returns it
+// with what its handlers share.
+func newTestServer(t testing.TB, cfg Config) (*server.MCPServer, *env) {
+	t.Helper()
 	if cfg.Roots == nil {
 		cfg.Roots = []string{repoRoot(t)}
 	}
-	srv, err := NewServer(cfg)
+	srv, e, err := newServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, e
+}
+
+// clientFor connects an initialised in-process client to srv (with roots when opts are given).
+func clientFor(t testing.TB, srv *server.MCPServer, opts ...client.ClientOption) *client.Client {
+	t.Helper()
 	c, err := client.NewInProcessClientWithOptions(srv, opts...)
 	if err != nil {
 		t.Fatal(err)

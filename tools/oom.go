@@ -17,7 +17,7 @@ type OOMInput struct {
 }
 
 func oomTool(e *env) (server.ServerTool, error) {
-	return declare("oom-report",
+	return declare(e, "oom-report", "Explain CUDA out-of-memory errors",
 		"Why each CUDA out-of-memory in the trace happened: verdict capacity (live tensors fill the device), fragmentation (enough cached free memory but no block large enough) or outside_pytorch (another process or the CUDA context holds the device), the failing site and request size, memory at the OOM, the live sites by category, memory held outside PyTorch (device total − reserved − free, every verdict), whether the file was written after the OOM (its final state is the unwound pass; the live sites come from the replay up to the OOM), and concrete fixes gated on what the device shows (checkpointing only with a backward pass, never for inference; fused attention only with attention code live; optimizer fixes only with material optimizer state). event_index points into device_traces for read-raw-section.",
 		func(ctx context.Context, in OOMInput) (*analysis.OOMResult, error) {
 			snap, version, err := e.snapshotAt(ctx, in.Path, "path")
@@ -32,5 +32,5 @@ func oomTool(e *env) (server.ServerTool, error) {
 			return memoized(e, "oom-report", opt, []string{version}, func() (*analysis.OOMResult, error) {
 				return analysis.OOMReport(ctx, snap, opt)
 			})
-		}, e.maxText)
+		})
 }

@@ -18,7 +18,7 @@ type ReadRawInput struct {
 }
 
 func readRawTool(e *env) (server.ServerTool, error) {
-	return declare("read-raw-section",
+	return declare(e, "read-raw-section", "Read a raw snapshot section",
 		"Raw evidence from one part of the snapshot, paged and capped: allocator_settings, external_annotations, segments (one line each), segments[N] (a segment and its blocks), segments[N].blocks[A:B], device_traces[D] or device_traces[D][A:B] (trace events; oom-report's event_index points here), stacks[ID]. Every stack_id in the items is rendered once in stacks. Use it to check a claim, not to browse: the other tools summarise.",
 		func(ctx context.Context, in ReadRawInput) (*raw.Result, error) {
 			snap, _, err := e.snapshotAt(ctx, in.Path, "path")
@@ -31,5 +31,5 @@ func readRawTool(e *env) (server.ServerTool, error) {
 				return nil, userErrorf("%s", re.Msg)
 			}
 			return r, err
-		}, e.maxText)
+		})
 }

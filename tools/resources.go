@@ -39,31 +39,32 @@ func addSectionTemplate(s *server.MCPServer, e *env) {
 	s.AddResourceTemplate(mcp.NewResourceTemplate(SectionTemplate, "snapshot section",
 		mcp.WithTemplateDescription("One section of a snapshot file, as JSON, paged: section is allocator_settings, external_annotations, segments, segments[N], segments[N].blocks[A:B], device_traces[D], stacks[ID], format or capabilities; path is the snapshot file under the server's roots; both percent-encoded as template expansion does (segments%5B3%5D?path=%2Fdata%2Fsnap.pickle)"),
 		mcp.WithTemplateMIMEType("application/json")),
-		func(ctx context.Context, req mcp.ReadResourceRequest) (_ []mcp.ResourceContents, err error) {
-			// mcp-go recovers panics in tool handlers only: one in a resource handler would end
-			// the whole server.
-			defer func() {
-				if p := recover(); p != nil {
-					err = fmt.Errorf("snapshot section failed with an internal error (%v); this is a memsnap bug — report it with the file's PyTorch version", p)
+		func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			// bounded recovers panics (mcp-go recovers them in tool handlers only: one in a
+			// resource handler would end the whole server) and bounds the call's time.
+			text, err := bounded(ctx, e.callTimeout, "snapshot section", func(ctx context.Context) (string, error) {
+				in, err := parseSectionURI(req.Params.URI)
+				if err != nil {
+					return "", err
 				}
-			}()
-			in, err := parseSectionURI(req.Params.URI)
+				snap, _, err := e.snapshotAt(ctx, in.Path, "path")
+				if err != nil {
+					return "", err
+				}
+				r, err := raw.Read(snap, in.Section, raw.Options{Offset: in.Offset, Limit: in.Limit})
+				if err != nil {
+					return "", err
+				}
+				b, err := json.Marshal(r)
+				if err != nil {
+					return "", fmt.Errorf("snapshot section: %w", err)
+				}
+				return string(b), nil
+			})
 			if err != nil {
-				return nil, err
+				return nil, errors.New(clip(errorText("snapshot section", err), e.maxText))
 			}
-			snap, _, err := e.snapshotAt(ctx, in.Path, "path")
-			if err != nil {
-				return nil, errors.New(errorText("snapshot section", err))
-			}
-			r, err := raw.Read(snap, in.Section, raw.Options{Offset: in.Offset, Limit: in.Limit})
-			if err != nil {
-				return nil, errors.New(errorText("snapshot section", err))
-			}
-			b, err := json.Marshal(r)
-			if err != nil {
-				return nil, fmt.Errorf("snapshot section: %w", err)
-			}
-			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: string(b)}}, nil
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: text}}, nil
 		})
 }
 
@@ -72,13 +73,13 @@ func parseSectionURI(uri string) (ReadRawInput, error) {
 	var in ReadRawInput
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "memsnap" || u.Host != "snapshot" {
-		return in, fmt.Errorf("resource %q: want memsnap://snapshot/SECTION?path=FILE", uri)
+		return in, userErrorf("resource %q: want memsnap://snapshot/SECTION?path=FILE", clip(uri, maxEchoedPath))
 	}
 	in.Section = strings.TrimPrefix(u.Path, "/")
 	q := u.Query()
 	in.Path = q.Get("path")
 	if in.Path == "" {
-		return in, fmt.Errorf("resource %q: the query needs path=FILE (the snapshot file)", uri)
+		return in, userErrorf("resource %q: the query needs path=FILE (the snapshot file)", clip(uri, maxEchoedPath))
 	}
 	for _, f := range []struct {
 		key string
@@ -87,7 +88,7 @@ func parseSectionURI(uri string) (ReadRawInput, error) {
 		if v := q.Get(f.key); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
-				return in, fmt.Errorf("resource %q: %s must be a non-negative integer", uri, f.key)
+				return in, userErrorf("resource %q: %s must be a non-negative integer", clip(uri, maxEchoedPath), f.key)
 			}
 			*f.dst = n
 		}

@@ -16,10 +16,11 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
-// roots decides which files the server may read: the configured roots plus, per session, the
-// client's MCP roots when the client offers them.
+// roots decides which files the server may read: the configured roots plus, when
+// clientRootsOn (serve --client-roots), per session the client's MCP roots.
 type roots struct {
-	static []string // absolute, symlinks resolved
+	static        []string // absolute, symlinks resolved
+	clientRootsOn bool
 
 	mu      sync.Mutex
 	session map[string][]string // session id -> client roots (resolved)
@@ -70,8 +71,12 @@ func (r *roots) forget(sessionID string) {
 	r.mu.Unlock()
 }
 
-// clientRoots asks the client for its roots once per session (if it declared the capability).
+// clientRoots asks the client for its roots once per session (if it declared the capability and
+// the server was started with --client-roots).
 func (r *roots) clientRoots(ctx context.Context) []string {
+	if !r.clientRootsOn {
+		return nil
+	}
 	sess := server.ClientSessionFromContext(ctx)
 	srv := server.ServerFromContext(ctx)
 	if sess == nil || srv == nil {
@@ -132,14 +137,18 @@ func within(p, dir string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
 }
 
+// maxEchoedPath caps a path quoted back to the agent in an error.
+const maxEchoedPath = 300
+
 // resolve turns the path an agent gave into an absolute path under an allowed root, or an
 // error message telling the agent what to do.
-func (r *roots) resolve(ctx context.Context, arg, field string) (string, error) {
-	if strings.TrimSpace(arg) == "" {
+func (r *roots) resolve(ctx context.Context, path, field string) (string, error) {
+	if strings.TrimSpace(path) == "" {
 		return "", userErrorf("%s is empty: give the path of a snapshot file (absolute, or relative to %s)", field, r.static[0])
 	}
+	arg := clip(path, maxEchoedPath) // as echoed in errors
 	allowed := r.all(ctx)
-	p := arg
+	p := path
 	if strings.HasPrefix(p, "file://") {
 		if fp, ok := fileURIPath(p); ok {
 			p = fp
@@ -151,7 +160,7 @@ func (r *roots) resolve(ctx context.Context, arg, field string) (string, error) 
 	p = filepath.Clean(p)
 	outside := func() error {
 		return userErrorf("%s %q is outside the directories this server may read (%s). Give a path under one of them, or restart `memsnap serve` with --root DIR for the directory that holds the snapshot",
-			field, arg, strings.Join(allowed, ", "))
+			field, arg, clip(strings.Join(allowed, ", "), 2*maxEchoedPath))
 	}
 	if !underAny(p, allowed) {
 		return "", outside()
@@ -161,7 +170,7 @@ func (r *roots) resolve(ctx context.Context, arg, field string) (string, error) 
 		if errors.Is(err, os.ErrNotExist) {
 			return "", userErrorf("%s %q: no such file. Check the path (relative paths are resolved against %s); list the directory to find the snapshot (.pickle, .pkl, .json, .gz)", field, arg, r.static[0])
 		}
-		return "", userErrorf("%s %q: %v", field, arg, err)
+		return "", userErrorf("%s %q: %v", field, arg, clip(err.Error(), maxEchoedPath))
 	}
 	if !underAny(real, allowed) {
 		return "", outside()

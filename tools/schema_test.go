@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestGolden(t *testing.T) {
 			t.Errorf("tool %s changed: its interface differs from %s; if the change is intended run go test ./tools -run Golden -update and review the diff", tool.Name, file)
 		}
 	}
-	want := "diff,fragmentation,oom-report,read-raw-section,replay,summarize,top-stacks"
+	want := strings.Join(slices.Sorted(slices.Values(ToolNames)), ",")
 	if got := strings.Join(names, ","); got != want {
 		t.Errorf("tools %s, want %s", got, want)
 	}
@@ -133,7 +134,7 @@ func TestSchemas(t *testing.T) {
 		in[tool.Name] = string(toolAsJSON(t, tool).InputSchema)
 	}
 	for tool, want := range map[string][]string{
-		"top-stacks":       {`"enum":["site","stack","file","function"]`, `"enum":["allocated","pending","inactive","all"]`, `"maximum":100`, `"required":["path"]`},
+		"top-stacks":       {`"enum":["site","stack","file","function","annotation","compile_context"]`, `"enum":["allocated","pending","inactive","all"]`, `"maximum":100`, `"required":["path"]`},
 		"diff":             {`"required":["before","after"]`},
 		"read-raw-section": {`"required":["path","section"]`, `"maximum":500`},
 		"summarize":        {`"required":["path"]`, `"additionalProperties":false`},

@@ -13,6 +13,8 @@ import (
 	"reflect"
 	"runtime/debug"
 	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -26,14 +28,24 @@ import (
 // Config configures the MCP server.
 type Config struct {
 	// Roots are the directories whose files the server may read (default: the working
-	// directory). The client's MCP roots are added per session when it offers them.
+	// directory).
 	Roots []string
-	// CacheBytes is the memory budget of the snapshot cache (<= 0: 4 GiB).
+	// ClientRoots adds, per session, the directories the client offers as MCP roots. Off by
+	// default: a client may offer file:/// (the whole file system).
+	ClientRoots bool
+	// CacheBytes is the memory budget of the snapshot cache: results held and loads in flight
+	// (<= 0: 4 GiB).
 	CacheBytes int64
-	// Version is reported to clients.
+	// CallTimeout bounds each tool call and resource read (<= 0: DefaultCallTimeout). A call
+	// that runs out answers with an error; other calls are not held up by it.
+	CallTimeout time.Duration
+	// Version is reported to clients (empty: BuildVersion()).
 	Version string
-	// MaxTextBytes caps each tool's text rendering (<= 0: 8192).
+	// MaxTextBytes caps each tool's text rendering and error messages (<= 0: 8192).
 	MaxTextBytes int
+	// MaxStructuredBytes caps top-stacks' structuredContent, whose stacks grow with the limit
+	// (<= 0: DefaultMaxStructuredBytes); the groups that do not fit are left out with a note.
+	MaxStructuredBytes int
 	// Loader replaces load.File (tests).
 	Loader LoadFunc
 	// DirLoader replaces load.Dir for directories of rank snapshots (tests).
@@ -43,30 +55,55 @@ type Config struct {
 // DefaultMaxTextBytes is the default cap of a tool's text answer.
 const DefaultMaxTextBytes = 8192
 
+// DefaultMaxStructuredBytes is the default cap of top-stacks' structuredContent: twice the
+// text's, so that the default ten groups of every real snapshot here (at most 11.4 KB) fit.
+const DefaultMaxStructuredBytes = 16384
+
+// DefaultCallTimeout is the default bound of one tool call: a 300 MB snapshot loads in about
+// 1.5 s here, so only a file that never delivers its data (or a huge one on a slow disk) gets
+// near it.
+const DefaultCallTimeout = 5 * time.Minute
+
 // env is what every tool handler shares.
 type env struct {
-	cache   *Cache
-	memo    *memo
-	roots   *roots
-	maxText int
+	cache         *Cache
+	memo          *memo
+	roots         *roots
+	maxText       int
+	maxStructured int
+	callTimeout   time.Duration
 }
 
 // NewServer builds the memsnap MCP server with its tools, prompts and resources.
 func NewServer(cfg Config) (*server.MCPServer, error) {
+	s, _, err := newServer(cfg)
+	return s, err
+}
+
+// newServer is NewServer that also returns what the handlers share (for tests).
+func newServer(cfg Config) (*server.MCPServer, *env, error) {
 	rs, err := newRoots(cfg.Roots)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	e := &env{cache: NewCache(cfg.CacheBytes, cfg.Loader), memo: newMemo(64), roots: rs, maxText: cfg.MaxTextBytes}
+	rs.clientRootsOn = cfg.ClientRoots
+	e := &env{cache: NewCache(cfg.CacheBytes, cfg.Loader), memo: newMemo(64), roots: rs,
+		maxText: cfg.MaxTextBytes, maxStructured: cfg.MaxStructuredBytes, callTimeout: cfg.CallTimeout}
 	if e.maxText <= 0 {
 		e.maxText = DefaultMaxTextBytes
+	}
+	if e.maxStructured <= 0 {
+		e.maxStructured = DefaultMaxStructuredBytes
+	}
+	if e.callTimeout <= 0 {
+		e.callTimeout = DefaultCallTimeout
 	}
 	if cfg.DirLoader != nil {
 		e.cache.dirLoader = cfg.DirLoader
 	}
 	version := cfg.Version
 	if version == "" {
-		version = "dev"
+		version = BuildVersion()
 	}
 	hooks := &server.Hooks{}
 	hooks.AddOnUnregisterSession(func(_ context.Context, s server.ClientSession) { rs.forget(s.SessionID()) })
@@ -75,7 +112,7 @@ func NewServer(cfg Config) (*server.MCPServer, error) {
 		server.WithToolCapabilities(false),
 		server.WithPromptCapabilities(false),
 		server.WithResourceCapabilities(false, false),
-		server.WithInputSchemaValidation(),
+		// Input is validated by each tool (validate.go), to phrase errors as sentences.
 		server.WithOutputSchemaValidation(),
 		server.WithRecovery(),
 		server.WithHooks(hooks),
@@ -87,19 +124,19 @@ func NewServer(cfg Config) (*server.MCPServer, error) {
 	})
 	tools, err := e.tools()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s.AddTools(tools...)
 	addPrompts(s)
 	addResources(s, e)
-	return s, nil
+	return s, e, nil
 }
 
 // tools declares every tool once.
 func (e *env) tools() ([]server.ServerTool, error) {
 	var out []server.ServerTool
 	for _, mk := range []func(*env) (server.ServerTool, error){
-		summarizeTool, topStacksTool, diffTool, oomTool, fragmentationTool, replayTool, readRawTool,
+		summarizeTool, topStacksTool, diffTool, oomTool, fragmentationTool, replayTool, readRawTool, checkTool,
 	} {
 		t, err := mk(e)
 		if err != nil {
@@ -111,7 +148,7 @@ func (e *env) tools() ([]server.ServerTool, error) {
 }
 
 // ToolNames lists the tools in declaration order.
-var ToolNames = []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section"}
+var ToolNames = []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section", "check"}
 
 // texter is an analysis result that renders itself as text.
 type texter interface{ Text() string }
@@ -126,8 +163,10 @@ func userErrorf(format string, args ...any) error {
 }
 
 // declare builds a read-only tool from its input and output types and a handler that calls
-// analysis. Every failure becomes an isError result that says what to do next.
-func declare[In any, Out texter](name, description string, run func(ctx context.Context, in In) (Out, error), maxText int) (server.ServerTool, error) {
+// analysis. The arguments are checked against the input schema (validate.go); the handler runs
+// under the call timeout (bounded). Every failure becomes an isError result that says what to
+// do next, capped like the text.
+func declare[In any, Out texter](e *env, name, title, description string, run func(ctx context.Context, in In) (Out, error)) (server.ServerTool, error) {
 	inSchema, err := schemaFor(reflect.TypeFor[In]())
 	if err != nil {
 		return server.ServerTool{}, err
@@ -136,39 +175,108 @@ func declare[In any, Out texter](name, description string, run func(ctx context.
 	if err != nil {
 		return server.ServerTool{}, err
 	}
+	validate, err := newArgsValidator(name, inSchema, reflect.TypeFor[In]())
+	if err != nil {
+		return server.ServerTool{}, err
+	}
 	tool := mcp.NewToolWithRawSchema(name, description, inSchema)
+	tool.Title = title
 	tool.RawOutputSchema = outSchema
 	tool.Annotations = mcp.ToolAnnotation{
-		Title:           name,
+		Title:           title,
 		ReadOnlyHint:    mcp.ToBoolPtr(true),
 		DestructiveHint: mcp.ToBoolPtr(false),
 		IdempotentHint:  mcp.ToBoolPtr(true),
 		OpenWorldHint:   mcp.ToBoolPtr(false),
 	}
-	handler := func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, _ error) {
-		defer func() {
-			if p := recover(); p != nil {
-				res = mcp.NewToolResultError(fmt.Sprintf("%s failed with an internal error (%v); this is a memsnap bug — report it with the file's PyTorch version. Other tools may still work on this file. %s",
-					name, p, firstLines(string(debug.Stack()), 6)))
-			}
-		}()
+	handler := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		fail := func(msg string) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultError(clip(msg, e.maxText)), nil
+		}
+		args := req.GetArguments()
+		if err := validate.check(args); err != nil {
+			return fail(err.Error())
+		}
 		var in In
-		raw, err := json.Marshal(req.GetArguments())
+		raw, err := json.Marshal(args)
 		if err != nil {
-			return mcp.NewToolResultError("arguments are not a JSON object: " + err.Error()), nil
+			return fail("arguments are not a JSON object: " + err.Error())
 		}
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&in); err != nil {
-			return mcp.NewToolResultError(fmt.Sprintf("invalid arguments for %s: %v. The input schema is %s", name, err, inSchema)), nil
+			return fail(fmt.Sprintf("invalid arguments for %s: %v. %s", name, err, validate.usage))
 		}
-		out, err := run(withProgress(ctx, req), in)
+		out, err := bounded(ctx, e.callTimeout, name, func(ctx context.Context) (Out, error) {
+			return run(withProgress(ctx, req), in)
+		})
 		if err != nil {
-			return mcp.NewToolResultError(errorText(name, err)), nil
+			return fail(errorText(name, err))
 		}
-		return mcp.NewToolResultStructured(out, capText(out.Text(), maxText)), nil
+		return mcp.NewToolResultStructured(out, capText(out.Text(), e.maxText)), nil
 	}
 	return server.ServerTool{Tool: tool, Handler: handler}, nil
+}
+
+// timeoutError is a call that ran past the server's call timeout.
+type timeoutError struct {
+	what  string
+	after time.Duration
+}
+
+func (t *timeoutError) Error() string {
+	return fmt.Sprintf("%s did not finish within %s", t.what, t.after)
+}
+
+// Unwrap makes a timeout a context.DeadlineExceeded.
+func (t *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// panicError is a handler that panicked; msg says so for the agent.
+type panicError struct{ msg string }
+
+func (p *panicError) Error() string { return p.msg }
+
+// bounded runs fn in its own goroutine and returns its answer, or returns as soon as ctx is
+// cancelled or timeout passes: a call stuck in a system call (a FIFO opened for reading, a
+// stalled network mount) holds only its own goroutine, never the caller or other calls. A
+// panic in fn becomes a panicError.
+func bounded[T any](ctx context.Context, timeout time.Duration, what string, fn func(context.Context) (T, error)) (T, error) {
+	if timeout <= 0 {
+		timeout = DefaultCallTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ch <- result{err: &panicError{fmt.Sprintf("%s failed with an internal error (%v); this is a memsnap bug — report it with the file's PyTorch version. Other tools may still work on this file. %s",
+					what, p, firstLines(string(debug.Stack()), 6))}}
+			}
+		}()
+		v, err := fn(cctx)
+		ch <- result{v, err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-cctx.Done():
+		select {
+		case r = <-ch: // finished at the same moment: keep its answer
+		default:
+			r.err = fmt.Errorf("%s: %w", what, cctx.Err())
+		}
+	}
+	if r.err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && errors.Is(r.err, context.DeadlineExceeded) {
+		// fn gave up (or was abandoned) because the call timed out, not the client.
+		var zero T
+		return zero, &timeoutError{what, timeout}
+	}
+	return r.v, r.err
 }
 
 func firstLines(s string, n int) string {
@@ -183,15 +291,38 @@ func firstLines(s string, n int) string {
 func errorText(tool string, err error) string {
 	var ue *userError
 	var le *load.Error
+	var te *timeoutError
+	var pe *panicError
 	switch {
 	case errors.As(err, &ue):
 		return ue.msg
+	case errors.As(err, &pe):
+		return pe.msg
+	case errors.As(err, &te):
+		return fmt.Sprintf("%s (the server's --call-timeout): the snapshot may be very large or on a slow disk, or the path may name something that never delivers its data (a file on a stalled network mount). Other calls were not held up. Call it again to retry; for very large files restart memsnap serve with a larger --call-timeout.", te.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return tool + " was cancelled before it finished; call it again to retry (a file being loaded by another call stays loading)."
 	case errors.As(err, &le):
 		return fmt.Sprintf("cannot read the snapshot: %s. memsnap reads files written by torch.cuda.memory._dump_snapshot() (pickle, JSON, gzip). If the file is truncated or was copied while being written, dump it again; if it is another kind of file, point the tool at the snapshot instead.", le.Error())
 	}
 	return fmt.Sprintf("%s failed: %v. Check the arguments; if they are right, this may be a memsnap bug.", tool, err)
+}
+
+// clip cuts s to at most max bytes at a character boundary, ending it with "…" when cut: for
+// error messages and the arguments they echo.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	const ellipsis = "…"
+	cut := max - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut < 0 {
+		cut = 0
+	}
+	return s[:cut] + ellipsis
 }
 
 // capText cuts text at a line boundary to at most max bytes, saying so.
@@ -243,7 +374,7 @@ func (e *env) snapshotAt(ctx context.Context, path, field string) (*snapshot.Sna
 		return nil, "", err
 	}
 	if load.IsDir(p) {
-		return nil, "", userErrorf("%s %q is a directory; give one snapshot file (summarize alone accepts a directory of per-rank snapshots)", field, path)
+		return nil, "", userErrorf("%s %q is a directory; give one snapshot file (summarize alone accepts a directory of per-rank snapshots)", field, clip(path, maxEchoedPath))
 	}
 	progress, _ := ctx.Value(progressKey{}).(func(int64, int64))
 	return e.cache.get(ctx, p, progress)

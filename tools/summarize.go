@@ -19,7 +19,7 @@ type SummarizeInput struct {
 const summaryPoolsPerDevice = 6
 
 func summarizeTool(e *env) (server.ServerTool, error) {
-	return declare("summarize",
+	return declare(e, "summarize", "Summarize a CUDA memory snapshot",
 		"Start here. What a PyTorch CUDA memory snapshot holds, per device and in total: reserved, allocated (live tensors), pending free, inactive (cached), requested vs rounded; pools by stream and segment type with the largest free block; trace coverage and peaks; OOM count; and what the file cannot answer. Accepts a directory of per-rank snapshots (ranks compared, outliers noted). Next: top-stacks for who holds memory, oom-report when ooms > 0, diff for two snapshots of one run.",
 		func(ctx context.Context, in SummarizeInput) (*analysis.Summary, error) {
 			opt := analysis.SummaryOptions{Device: in.Device, MaxPools: summaryPoolsPerDevice}
@@ -34,7 +34,7 @@ func summarizeTool(e *env) (server.ServerTool, error) {
 					return nil, lerr
 				}
 				s, err = memoized(e, "summarize", in, []string{version}, func() (*analysis.Summary, error) {
-					return analysis.SummarizeRanks(ctx, p, ranks, opt)
+					return analysis.SummarizeDir(ctx, p, ranks, opt)
 				})
 			} else {
 				snap, version, lerr := e.snapshotAt(ctx, p, "path")
@@ -49,5 +49,5 @@ func summarizeTool(e *env) (server.ServerTool, error) {
 				return nil, userErrorf("%v: call summarize without device to see every device", err)
 			}
 			return s, err
-		}, e.maxText)
+		})
 }

@@ -296,7 +296,7 @@ func TestClientRoots(t *testing.T) {
 	if err := os.WriteFile(f, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, Config{}, clientWithRoots("file://"+filepath.ToSlash(dir)))
+	c := newClient(t, Config{ClientRoots: true}, clientWithRoots("file://"+filepath.ToSlash(dir)))
 	var s analysis.Summary
 	structured(t, call(t, c, "summarize", map[string]any{"path": f}), &s)
 	if s.Totals.ReservedBytes != 924844032 {

@@ -65,3 +65,35 @@ cases:
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestEvalOutsideRepo: from a directory outside any clone, eval finds the suite of the clone it
+// was built from, or says how to give it.
+func TestEvalOutsideRepo(t *testing.T) {
+	elsewhere := t.TempDir()
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := searchSuite(elsewhere, repo); err != nil || got != filepath.Join(repo, "evals", "eval.yaml") {
+		t.Errorf("built from the clone: %q %v", got, err)
+	}
+	if got, err := searchSuite(filepath.Join(repo, "analysis", "load"), ""); err != nil || got != filepath.Join(repo, "evals", "eval.yaml") {
+		t.Errorf("inside the clone: %q %v", got, err)
+	}
+	_, err = searchSuite(elsewhere, filepath.Join(elsewhere, "src"))
+	want := "eval: no eval suite: evals/eval.yaml is not in " + elsewhere + " and its parents nor in " + filepath.Join(elsewhere, "src") +
+		" (where this memsnap was built). The suite and its fixtures live in a clone of memsnap: run memsnap eval inside the clone, or give the file with --suite PATH/TO/memsnap/evals/eval.yaml"
+	if err == nil || err.Error() != want {
+		t.Errorf("error:\n got %v\nwant %s", err, want)
+	}
+
+	t.Chdir(elsewhere)
+	out, err := runEval(t, "--run", "diff-growing-container")
+	if err != nil || !strings.Contains(out, "PASS    diff-growing-container") {
+		t.Errorf("eval from %s: %v\n%s", elsewhere, err, out)
+	}
+	out, err = runEval(t, "--suite", filepath.Join(repo, "evals", "eval.yaml"), "--run", "diff-growing-container")
+	if err != nil || !strings.Contains(out, "PASS    diff-growing-container") {
+		t.Errorf("eval --suite: %v\n%s", err, out)
+	}
+}

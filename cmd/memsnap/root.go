@@ -12,6 +12,7 @@ import (
 
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
+	"github.com/memsnap/memsnap/tools"
 )
 
 func newRootCmd() *cobra.Command {
@@ -21,6 +22,7 @@ func newRootCmd() *cobra.Command {
 		Long: `memsnap reads the snapshot files that torch.cuda.memory._dump_snapshot() writes —
 any PyTorch version, pickle or JSON, gzip or not — without running any code from them,
 and answers in allocator terms and in your own code.`,
+		Version:       appVersion(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
@@ -46,6 +48,19 @@ and answers in allocator terms and in your own code.`,
 		root.AddCommand(add())
 	}
 	return root
+}
+
+// version, when set with -ldflags "-X main.version=v1.2.3", replaces the version read from
+// the build information.
+var version string
+
+// appVersion is what memsnap --version prints and the MCP server reports as serverInfo.version:
+// the module version, VCS revision and modified flag of the build ("(devel)" when unknown).
+func appVersion() string {
+	if version != "" {
+		return version
+	}
+	return tools.BuildVersion()
 }
 
 // commands are registered by each command's file (init), so commands stay one file each.

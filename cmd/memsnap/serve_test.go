@@ -31,7 +31,7 @@ func TestServeHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, mcpHTTP := httpHandler(srv, "s3cret", false)
+	h, mcpHTTP := httpHandler(srv, serveOptions{token: "s3cret"}, nil)
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	defer mcpHTTP.Shutdown(context.Background())
@@ -44,6 +44,9 @@ func TestServeHTTP(t *testing.T) {
 		{"no token", nil, false},
 		{"wrong token", map[string]string{"Authorization": "Bearer nope"}, false},
 		{"token", map[string]string{"Authorization": "Bearer s3cret"}, true},
+		{"lower-case scheme", map[string]string{"Authorization": "bearer s3cret"}, true},
+		{"upper-case scheme", map[string]string{"Authorization": "BEARER s3cret"}, true},
+		{"other scheme", map[string]string{"Authorization": "Basic s3cret"}, false},
 	} {
 		c, err := client.NewStreamableHttpClient(ts.URL+"/mcp", transport.WithHTTPHeaders(tc.headers))
 		if err != nil {
@@ -81,13 +84,13 @@ func TestServeHTTPRefusesRemote(t *testing.T) {
 	}
 	c := newServeCmd()
 	for _, addr := range []string{"0.0.0.0:0", "10.1.2.3:80", "nonsense"} {
-		err := serveHTTP(context.Background(), c, srv, addr, "", false)
+		err := serveHTTP(context.Background(), c, srv, serveOptions{httpAddr: addr})
 		if err == nil || !strings.Contains(err.Error(), "--http") {
 			t.Errorf("%s: %v", addr, err)
 		}
 	}
 	// Reachable from the network only with a token.
-	err = serveHTTP(context.Background(), c, srv, "0.0.0.0:0", "", true)
+	err = serveHTTP(context.Background(), c, srv, serveOptions{httpAddr: "0.0.0.0:0", allowRemote: true})
 	if err == nil || !strings.Contains(err.Error(), "--allow-remote needs --token") {
 		t.Errorf("--allow-remote without --token: %v", err)
 	}

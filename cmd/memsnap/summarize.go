@@ -40,7 +40,7 @@ PATH may be a file, "-" for standard input, or a directory of per-rank snapshots
 				if err != nil {
 					return err
 				}
-				if s, err = analysis.SummarizeRanks(ctx, path, ranks, opt); err != nil {
+				if s, err = analysis.SummarizeDir(ctx, path, ranks, opt); err != nil {
 					return err
 				}
 			} else {
