@@ -612,7 +612,7 @@ func (r *DiffResult) Text() string {
 		if d.Function != "" {
 			fmt.Fprintf(&b, " in %s", d.Function)
 		}
-		fmt.Fprintf(&b, "  (%s, %d -> %d blocks) [%s]\n", FormatBytes(d.BytesAfter), d.BlocksBefore, d.BlocksAfter, d.Category)
+		fmt.Fprintf(&b, "  (%s, %d -> %s) [%s]\n", FormatBytes(d.BytesAfter), d.BlocksBefore, count(d.BlocksAfter, "block"), d.Category)
 	}
 	for _, p := range r.Patterns {
 		fmt.Fprintf(&b, "%s", p.Name)

@@ -491,8 +491,8 @@ func (r *FragmentationResult) Text() string {
 		if g.Expandable {
 			exp = fmt.Sprintf(" expandable (%s pages)", FormatBytes(g.PageBytes))
 		}
-		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %d segments, reserved %s, free %s in %d blocks (largest %s, %.0f%% fragmented), %d mostly free, releasable %s\n",
-			g.Device, g.Pool, g.Stream, g.SegmentType, exp, g.Segments, FormatBytes(g.ReservedBytes), FormatBytes(g.InactiveBytes), g.FreeBlocks,
+		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %s, reserved %s, free %s in %s (largest %s, %.0f%% fragmented), %d mostly free, releasable %s\n",
+			g.Device, g.Pool, g.Stream, g.SegmentType, exp, count(g.Segments, "segment"), FormatBytes(g.ReservedBytes), FormatBytes(g.InactiveBytes), count(g.FreeBlocks, "block"),
 			FormatBytes(g.LargestFreeBlockBytes), g.FragmentationPercent, g.MostlyFreeSegments, FormatBytes(g.ReleasableBytes))
 	}
 	if len(r.Groups) < r.TotalGroups {

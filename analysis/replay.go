@@ -816,9 +816,9 @@ func replayNotes(snap *snapshot.Snapshot, roles *Roles, dev int, e *engine, r *R
 	switch {
 	case !r.HasTrace:
 	case snap.Caps.TraceStart == "ring_buffer":
-		notes = append(notes, fmt.Sprintf("the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost, %d blocks (%s) alive before its first event", e.preBlocks, FormatBytes(e.preBytes)))
+		notes = append(notes, fmt.Sprintf("the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost, %s (%s) alive before its first event", count(e.preBlocks, "block"), FormatBytes(e.preBytes)))
 	case e.preBlocks > 0:
-		notes = append(notes, fmt.Sprintf("the trace starts late (recording was switched on mid-run; not a ring-buffer wrap: the event count is not a round max_entries): %d blocks (%s) were alive before its first event; their allocation sites are unknown unless they are still alive at the end", e.preBlocks, FormatBytes(e.preBytes)))
+		notes = append(notes, fmt.Sprintf("the trace starts late (recording was switched on mid-run; not a ring-buffer wrap: the event count is not a round max_entries): %s (%s) %s alive before its first event; their allocation sites are unknown unless they are still alive at the end", count(e.preBlocks, "block"), FormatBytes(e.preBytes), were(e.preBlocks)))
 	}
 	if r.DroppedEvents > 0 {
 		notes = append(notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", r.DroppedEvents))
@@ -1002,7 +1002,7 @@ func (r *ReplayResult) Text() string {
 	if len(r.PeakSites) > 0 {
 		b.WriteString("  live at the peak:\n")
 		for _, s := range r.PeakSites {
-			fmt.Fprintf(&b, "    %9s %5.1f%% %4d blocks  %s (%s) [%s]\n", FormatBytes(s.Bytes), s.Percent, s.Blocks, s.Site, s.Function, s.Category)
+			fmt.Fprintf(&b, "    %9s %5.1f%% %4d %s  %s (%s) [%s]\n", FormatBytes(s.Bytes), s.Percent, s.Blocks, blocksCol(s.Blocks), s.Site, s.Function, s.Category)
 		}
 	}
 	if r.Workload != "" {
@@ -1019,11 +1019,11 @@ func (r *ReplayResult) Text() string {
 		fmt.Fprintf(&b, "  %d delayed frees (%s, up to %d events later) on streams %s: blocks used on another stream (record_stream); %d still pending at the end\n",
 			d.Count, FormatBytes(d.Bytes), d.MaxDelayEvents, strings.Join(d.Streams, ", "), d.PendingAtEnd)
 		for _, s := range d.Sites {
-			fmt.Fprintf(&b, "    %9s %4d blocks  %s\n", FormatBytes(s.Bytes), s.Blocks, s.Site)
+			fmt.Fprintf(&b, "    %9s %4d %s  %s\n", FormatBytes(s.Bytes), s.Blocks, blocksCol(s.Blocks), s.Site)
 		}
 	}
 	if g := r.GCFrees; g.Count > 0 {
-		fmt.Fprintf(&b, "  %d blocks (%s) freed by the garbage collector in %d bursts: %s\n", g.Count, FormatBytes(g.Bytes), g.Bursts, g.Advice)
+		fmt.Fprintf(&b, "  %s (%s) freed by the garbage collector in %s: %s\n", count(g.Count, "block"), FormatBytes(g.Bytes), count(g.Bursts, "burst"), g.Advice)
 	}
 	switch r.IterationSource {
 	case IterationsFromAnnotations:
@@ -1054,10 +1054,10 @@ func (r *ReplayResult) Text() string {
 	}
 	for _, s := range r.RepeatingSites {
 		if s.Expected {
-			fmt.Fprintf(&b, "  %s [%s]: %d blocks (%s) made by the first step and kept (expected)\n", s.Site, s.Category, s.Survivors, FormatBytes(s.Bytes))
+			fmt.Fprintf(&b, "  %s [%s]: %s (%s) made by the first step and kept (expected)\n", s.Site, s.Category, count(s.Survivors, "block"), FormatBytes(s.Bytes))
 			continue
 		}
-		fmt.Fprintf(&b, "  %s [%s] allocates without freeing: %d blocks (%s) alive at the end from %d steps\n", s.Site, s.Category, s.Survivors, FormatBytes(s.Bytes), s.Iterations)
+		fmt.Fprintf(&b, "  %s [%s] allocates without freeing: %s (%s) alive at the end from %s\n", s.Site, s.Category, count(s.Survivors, "block"), FormatBytes(s.Bytes), count(s.Iterations, "step"))
 	}
 	writeSegmentBursts(&b, r.SegmentBursts)
 	for _, n := range r.Notes {

@@ -551,6 +551,30 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 }
 
 // count renders "1 segment", "3 segments".
+// blocksCol is "blocks" or "block " (padded) for table columns.
+func blocksCol(n int) string {
+	if n == 1 {
+		return "block "
+	}
+	return "blocks"
+}
+
+// have is "has" for one, "have" for more: "1 block has", "2 blocks have".
+func have(n int) string {
+	if n == 1 {
+		return "has"
+	}
+	return "have"
+}
+
+// were is "was" for one, "were" for more.
+func were(n int) string {
+	if n == 1 {
+		return "was"
+	}
+	return "were"
+}
+
 func count(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun

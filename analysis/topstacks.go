@@ -307,14 +307,14 @@ func capsNotes(snap *snapshot.Snapshot, noStack, emptyStack int) []string {
 		out = append(out, "the file has no stacks on its blocks (history was not recorded with context): sites are unknown")
 	} else {
 		if noStack > 0 {
-			out = append(out, fmt.Sprintf("%d blocks have no recorded stack", noStack))
+			out = append(out, fmt.Sprintf("%s %s no recorded stack", count(noStack, "block"), have(noStack)))
 		}
 		if emptyStack > 0 {
 			why := "allocated before recording started"
 			if c.PythonOnly {
 				why += ", or (stacks=\"python\") by the autograd engine in backward, which has no Python frame"
 			}
-			out = append(out, fmt.Sprintf("%d blocks have empty stacks: %s; their roles are guesses from size and timing (see each group's evidence)", emptyStack, why))
+			out = append(out, fmt.Sprintf("%s %s empty stacks: %s; their roles are guesses from size and timing (see each group's evidence)", count(emptyStack, "block"), have(emptyStack), why))
 		}
 	}
 	if c.PythonOnly {
@@ -333,9 +333,9 @@ func (r *TopStacksResult) Text() string {
 	if r.Device >= 0 {
 		fmt.Fprintf(&b, " on device %d", r.Device)
 	}
-	fmt.Fprintf(&b, ": %s in %d blocks, %d groups\n", FormatBytes(r.TotalBytes), r.TotalBlocks, r.Groups)
+	fmt.Fprintf(&b, ": %s in %s, %s\n", FormatBytes(r.TotalBytes), count(r.TotalBlocks, "block"), count(r.Groups, "group"))
 	for _, s := range r.Sites {
-		fmt.Fprintf(&b, "%9s %5.1f%% %5d blocks  %s", FormatBytes(s.Bytes), s.Percent, s.Blocks, s.Site)
+		fmt.Fprintf(&b, "%9s %5.1f%% %5d %s  %s", FormatBytes(s.Bytes), s.Percent, s.Blocks, blocksCol(s.Blocks), s.Site)
 		if s.Function != "" && r.GroupBy != "function" && s.Kind != SiteKindNone {
 			fmt.Fprintf(&b, " in %s", s.Function)
 		}

@@ -145,7 +145,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("eval table: %w", err)
 	}
-	_, err := fmt.Fprintf(w, "%d passed, %d failed, %d skipped, %d cases\n", r.Passed, r.Failed, r.Skp, len(r.Results))
+	_, err := fmt.Fprintf(w, "%d passed, %d failed, %d skipped, %d case%s\n", r.Passed, r.Failed, r.Skp, len(r.Results), map[bool]string{true: "", false: "s"}[len(r.Results) == 1])
 	return err
 }
 
