@@ -3,10 +3,12 @@ package tools
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // DiffInput is the diff tool's input.
@@ -25,13 +27,21 @@ func diffTool(e *env) (server.ServerTool, error) {
 			if err != nil {
 				return nil, err
 			}
+			// Both files load at once (each load is mostly one core's work).
+			var (
+				after    *snapshot.Snapshot
+				v2       string
+				afterErr error
+				wg       sync.WaitGroup
+			)
+			wg.Go(func() { after, v2, afterErr = e.snapshotAt(ctx, in.After, "after") })
 			before, v1, err := e.snapshotAt(ctx, in.Before, "before")
+			wg.Wait()
 			if err != nil {
 				return nil, err
 			}
-			after, v2, err := e.snapshotAt(ctx, in.After, "after")
-			if err != nil {
-				return nil, err
+			if afterErr != nil {
+				return nil, afterErr
 			}
 			limit := in.Limit
 			if limit <= 0 {

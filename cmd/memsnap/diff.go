@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 func init() { register(newDiffCmd) }
@@ -38,13 +40,20 @@ growth.`,
 			if args[0] == "-" && args[1] == "-" {
 				return fmt.Errorf("diff: only one of BEFORE and AFTER can be standard input")
 			}
+			// Both files load at once: each load is mostly one core's work.
+			var (
+				after    *snapshot.Snapshot
+				afterErr error
+				wg       sync.WaitGroup
+			)
+			wg.Go(func() { after, afterErr = loadSnapshot(c.Context(), args[1], lo) })
 			before, err := loadSnapshot(c.Context(), args[0], lo)
+			wg.Wait()
 			if err != nil {
 				return err
 			}
-			after, err := loadSnapshot(c.Context(), args[1], lo)
-			if err != nil {
-				return err
+			if afterErr != nil {
+				return afterErr
 			}
 			if !c.Flags().Changed("device") {
 				opt.Device = analysis.AllDevices
