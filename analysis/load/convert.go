@@ -15,10 +15,24 @@ import (
 )
 
 // Bounds on what a snapshot can hold: larger values are corruption, and refusing them keeps
-// every total far from int64 overflow.
+// every total the analyses compute far from int64 overflow (a sum over 2,048 files of the
+// largest totals still fits).
 const (
 	maxDevice = 1 << 16
-	maxBytes  = 1 << 50 // 1 PiB, more than any device
+	// maxBytes bounds one segment, block or allocation: 256 TiB, a thousand times the largest
+	// GPU's memory.
+	maxBytes = 1 << 48
+	// maxTotal bounds the segments of one file together: 4 PiB.
+	maxTotal = 1 << 52
+	// maxTraceBytes bounds the sizes of one file's trace events together (1 EiB): a
+	// ten-million-event trace of 80 GiB allocations stays under it, and any replayed total
+	// (live bytes, peaks) is at most this.
+	maxTraceBytes = 1 << 60
+	// maxTime bounds time_us (epoch microseconds are about 2^51 today), so that any
+	// difference of two times fits.
+	maxTime = 1 << 62
+	// valueSlack is how many more values than bytes a decoded pickle may hand the model.
+	valueSlack = 1 << 16
 )
 
 // converter turns a plain value tree (from the fast pickle path, from JSON, or from a generic
@@ -29,6 +43,12 @@ type converter struct {
 	extras   []snapshot.EventExtra
 	extraID  map[snapshot.EventExtra]uint32
 	maxEvent int
+	// budget, when positive, is how many segments, blocks, events, annotations, frames and
+	// settings values the model may still take: a decoded pickle is a DAG whose shared parts
+	// (one segment or block list named a thousand times) would otherwise be expanded at each
+	// reference. spent counts what was taken.
+	budget, spent int64
+	bigText       map[*big.Int]string
 }
 
 func newConverter(in *snapshot.Interner, extras []snapshot.EventExtra, maxEvents int) *converter {
@@ -50,6 +70,23 @@ func newConverter(in *snapshot.Interner, extras []snapshot.EventExtra, maxEvents
 // from an independent generic decoder.
 func FromTree(root any, format snapshot.Format) (*snapshot.Snapshot, error) {
 	return newConverter(nil, nil, 0).snapshot(root, format)
+}
+
+// errExpands is the failure for a tree whose shared references repeat more values than the
+// pickle's bytes could hold.
+type errExpands struct{ limit int64 }
+
+func (e errExpands) Error() string {
+	return fmt.Sprintf("shared references repeat the same segments, blocks or events beyond the file's size (more than %d values): no snapshot does this", e.limit)
+}
+
+// spend takes n values from the budget.
+func (c *converter) spend(n int) error {
+	c.spent += int64(n)
+	if c.budget > 0 && c.spent > c.budget {
+		return errExpands{c.budget}
+	}
+	return nil
 }
 
 func typeName(v any) string {
@@ -104,11 +141,18 @@ func (c *converter) snapshot(root any, format snapshot.Format) (*snapshot.Snapsh
 	if !ok {
 		return nil, fmt.Errorf("segments is a %s, not a list", typeName(segs))
 	}
+	if err := c.spend(len(segList)); err != nil {
+		return nil, fmt.Errorf("segments: %w", err)
+	}
 	s.Segments = make([]snapshot.Segment, 0, len(segList))
+	var total int64
 	for i, sv := range segList {
 		seg, err := c.segment(sv, &s.Format)
 		if err != nil {
 			return nil, fmt.Errorf("segments[%d]: %w", i, err)
+		}
+		if total += seg.TotalSize; total > maxTotal {
+			return nil, fmt.Errorf("segments[%d]: the segments add up to more than %s, more device memory than any machine has", i, sizeText(maxTotal))
 		}
 		s.Segments = append(s.Segments, seg)
 	}
@@ -119,8 +163,15 @@ func (c *converter) snapshot(root any, format snapshot.Format) (*snapshot.Snapsh
 		}
 		s.DeviceTraces = make([][]snapshot.Event, len(lists))
 		s.DroppedEvents = make([]int64, len(lists))
+		var traceBytes int64
 		for d, lv := range lists {
 			evs, dropped, err := c.trace(lv)
+			if err == nil {
+				err = c.spend(len(evs))
+			}
+			if err == nil {
+				err = checkEvents(evs, &traceBytes)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("device_traces[%d]: %w", d, err)
 			}
@@ -132,12 +183,18 @@ func (c *converter) snapshot(root any, format snapshot.Format) (*snapshot.Snapsh
 		if !ok {
 			return nil, fmt.Errorf("allocator_settings is a %s, not a dict", typeName(as))
 		}
-		s.Settings = settings(m)
+		var err error
+		if s.Settings, err = c.settings(m); err != nil {
+			return nil, fmt.Errorf("allocator_settings: %w", err)
+		}
 	}
 	if ea, ok := top["external_annotations"]; ok && ea != nil {
 		list, ok := ea.([]any)
 		if !ok {
 			return nil, fmt.Errorf("external_annotations is a %s, not a list", typeName(ea))
+		}
+		if err := c.spend(len(list)); err != nil {
+			return nil, fmt.Errorf("external_annotations: %w", err)
 		}
 		for i, av := range list {
 			a, err := annotation(av)
@@ -209,11 +266,17 @@ func (c *converter) segment(v any, format *snapshot.Format) (snapshot.Segment, e
 		return seg, fmt.Errorf("device %d is not a CUDA device index", seg.Device)
 	}
 	if seg.TotalSize < 0 || seg.TotalSize > maxBytes {
-		return seg, fmt.Errorf("total_size %d is not a possible segment size", seg.TotalSize)
+		return seg, fmt.Errorf("total_size %d is not a possible segment size (0 to %s)", seg.TotalSize, sizeText(maxBytes))
+	}
+	if seg.Address > math.MaxUint64-uint64(seg.TotalSize) {
+		return seg, fmt.Errorf("a segment of %d bytes at address %#x passes the end of the address space", seg.TotalSize, seg.Address)
 	}
 	blocks, _ := m["blocks"].([]any)
 	if bv, ok := m["blocks"]; ok && bv != nil && blocks == nil {
 		return seg, fmt.Errorf("blocks is a %s, not a list", typeName(bv))
+	}
+	if err := c.spend(len(blocks)); err != nil {
+		return seg, fmt.Errorf("blocks: %w", err)
 	}
 	seg.Blocks = make([]snapshot.Block, 0, len(blocks))
 	next := seg.Address
@@ -224,7 +287,10 @@ func (c *converter) segment(v any, format *snapshot.Format) (snapshot.Segment, e
 			return seg, fmt.Errorf("blocks[%d]: %w", i, err)
 		}
 		if b.Size < 0 || b.Size > maxBytes || b.RequestedSize < 0 || b.RequestedSize > maxBytes {
-			return seg, fmt.Errorf("blocks[%d]: size %d / requested_size %d are not possible sizes", i, b.Size, b.RequestedSize)
+			return seg, fmt.Errorf("blocks[%d]: size %d / requested_size %d are not possible sizes (0 to %s)", i, b.Size, b.RequestedSize, sizeText(maxBytes))
+		}
+		if b.Address > math.MaxUint64-uint64(b.Size) {
+			return seg, fmt.Errorf("blocks[%d]: a block of %d bytes at address %#x passes the end of the address space", i, b.Size, b.Address)
 		}
 		if sum += b.Size; sum > seg.TotalSize {
 			return seg, fmt.Errorf("blocks[%d]: the blocks add up to more than the segment's total_size %d", i, seg.TotalSize)
@@ -244,6 +310,15 @@ func (c *converter) segment(v any, format *snapshot.Format) (snapshot.Segment, e
 	seg.AllocatedSize = orDefault(m, "allocated_size", alloc)
 	seg.ActiveSize = orDefault(m, "active_size", active)
 	seg.RequestedSize = orDefault(m, "requested_size", requested)
+	// Totals over segments stay within maxTotal only if each part is within its segment.
+	for _, f := range []struct {
+		name string
+		n    int64
+	}{{"allocated_size", seg.AllocatedSize}, {"active_size", seg.ActiveSize}, {"requested_size", seg.RequestedSize}} {
+		if f.n < 0 || f.n > seg.TotalSize {
+			return seg, fmt.Errorf("%s %d is not within the segment's total_size %d", f.name, f.n, seg.TotalSize)
+		}
+	}
 	return seg, nil
 }
 
@@ -324,6 +399,9 @@ func (c *converter) stack(v any, owner map[string]any) (snapshot.StackID, error)
 	case snapshot.StackID:
 		return f, nil
 	case []any:
+		if err := c.spend(len(f)); err != nil {
+			return 0, fmt.Errorf("frames: %w", err)
+		}
 		ids := make([]snapshot.FrameID, 0, len(f))
 		for i, fv := range f {
 			fm, ok := fv.(map[string]any)
@@ -467,13 +545,63 @@ func annotation(v any) (snapshot.Annotation, error) {
 	var errs fieldErrs
 	a.Device = int(errs.int(m, "device", false))
 	a.TimeUS = errs.int(m, "time_us", false)
+	if errs.err == nil && (a.TimeUS < 0 || a.TimeUS > maxTime) {
+		return a, fmt.Errorf("time_us %d is not a time", a.TimeUS)
+	}
 	return a, errs.err
 }
 
-func settings(m map[string]any) snapshot.AllocatorSettings {
+// checkEvents refuses event values no allocator produces, so that no sum or difference an
+// analysis computes over a trace can overflow: sizes within maxBytes, times within maxTime,
+// and the file's event sizes together within maxTraceBytes (total carries that sum across
+// the device traces). An OOM's request failed: it may be larger (up to maxTraceBytes), and
+// is not part of the sum, since no memory was handed out.
+func checkEvents(evs []snapshot.Event, total *int64) error {
+	for i := range evs {
+		e := &evs[i]
+		limit := int64(maxBytes)
+		if e.Action == snapshot.ActionOOM {
+			limit = maxTraceBytes
+		}
+		switch {
+		case e.Size < 0 || e.Size > limit:
+			return fmt.Errorf("[%d]: %s size %d is not a possible size (0 to %s)", i, e.Action, e.Size, sizeText(limit))
+		case e.DeviceFree < 0 || e.DeviceFree > maxBytes:
+			return fmt.Errorf("[%d]: device_free %d is not a possible size (0 to %s)", i, e.DeviceFree, sizeText(maxBytes))
+		case e.TimeUS < 0 || e.TimeUS > maxTime:
+			return fmt.Errorf("[%d]: time_us %d is not a time", i, e.TimeUS)
+		case e.Action == snapshot.ActionOOM:
+			continue
+		}
+		if *total += e.Size; *total > maxTraceBytes {
+			return fmt.Errorf("[%d]: the trace's event sizes add up to more than %s", i, sizeText(maxTraceBytes))
+		}
+	}
+	return nil
+}
+
+// sizeText writes a power-of-two byte count in binary units.
+func sizeText(n int64) string {
+	units := []string{"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	u := 0
+	for u+1 < len(units) && n >= 1024 && n%1024 == 0 {
+		n /= 1024
+		u++
+	}
+	return fmt.Sprintf("%d %s", n, units[u])
+}
+
+// settings reads allocator_settings. Raw keeps every key as JSON-safe plain values: NaN and
+// infinities (which JSON cannot hold) become the strings "NaN", "Infinity" and "-Infinity"
+// (an out-of-range JSON number keeps its text), and GCThreshold is then 0.
+func (c *converter) settings(m map[string]any) (snapshot.AllocatorSettings, error) {
 	s := snapshot.AllocatorSettings{Present: true, MaxSplitSize: -1, Raw: map[string]any{}}
 	for k, v := range m {
-		s.Raw[k] = plain(v)
+		p, err := c.plain(v)
+		if err != nil {
+			return s, fmt.Errorf("%s: %w", k, err)
+		}
+		s.Raw[k] = p
 	}
 	s.AllocConf, _ = m["PYTORCH_CUDA_ALLOC_CONF"].(string)
 	if n, err := toInt(m["max_split_size"]); err == nil {
@@ -484,40 +612,101 @@ func settings(m map[string]any) snapshot.AllocatorSettings {
 	} else if jn, ok := m["garbage_collection_threshold"].(json.Number); ok {
 		s.GCThreshold, _ = jn.Float64()
 	}
+	if math.IsNaN(s.GCThreshold) || math.IsInf(s.GCThreshold, 0) {
+		s.GCThreshold = 0
+	}
 	s.ExpandableSegments, _ = m["expandable_segments"].(bool)
-	return s
+	return s, nil
 }
 
-// plain converts a settings value to JSON-friendly Go values.
-func plain(v any) any {
+// plain converts a settings value to JSON-safe Go values, spending a budget value for each
+// so that a shared container repeated through the memo cannot multiply the copy.
+func (c *converter) plain(v any) (any, error) {
+	if err := c.spend(1); err != nil {
+		return nil, err
+	}
 	switch x := v.(type) {
 	case *big.Int:
-		return x.String()
+		// Decoded big integers are shared by all their references: format each once.
+		if t, ok := c.bigText[x]; ok {
+			return t, nil
+		}
+		if c.bigText == nil {
+			c.bigText = map[*big.Int]string{}
+		}
+		t := x.String()
+		c.bigText[x] = t
+		return t, nil
+	case float64:
+		return jsonFloat(x), nil
 	case json.Number:
 		if n, err := x.Int64(); err == nil {
-			return n
+			return n, nil
 		}
-		f, _ := x.Float64()
-		return f
+		if f, err := x.Float64(); err == nil {
+			return f, nil
+		}
+		return string(x), nil // out of float64's range: keep the text
 	case []any:
 		out := make([]any, len(x))
 		for i := range x {
-			out[i] = plain(x[i])
+			p, err := c.plain(x[i])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = p
 		}
-		return out
+		return out, nil
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[k] = plain(e)
+			p, err := c.plain(e)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = p
 		}
-		return out
+		return out, nil
 	}
-	return v
+	return v, nil
 }
 
-type errTooBig struct{ what string }
+// jsonFloat returns f, or for values JSON cannot hold the strings Python's json writes.
+func jsonFloat(f float64) any {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return f
+}
 
-func (e errTooBig) Error() string { return e.what + " does not fit 64 bits" }
+// errTooBig is an integer that does not fit 64 bits. It keeps the value and formats it only
+// when the message is wanted: a 64 KiB integer named a thousand times is not printed each time.
+type errTooBig struct{ v any }
+
+func (e errTooBig) Error() string {
+	var text string
+	switch x := e.v.(type) {
+	case *big.Int:
+		if x.BitLen() > 256 {
+			text = fmt.Sprintf("an integer of %d bits", x.BitLen())
+		} else {
+			text = x.String()
+		}
+	case uint64:
+		text = strconv.FormatUint(x, 10)
+	case json.Number:
+		text = string(x)
+		if len(text) > 80 {
+			text = fmt.Sprintf("an integer of %d digits", len(text))
+		}
+	}
+	return text + " does not fit 64 bits"
+}
 
 // toInt reads any integer form as int64.
 func toInt(v any) (int64, error) {
@@ -528,7 +717,7 @@ func toInt(v any) (int64, error) {
 		return int64(x), nil
 	case uint64:
 		if x > math.MaxInt64 {
-			return 0, errTooBig{strconv.FormatUint(x, 10)}
+			return 0, errTooBig{x}
 		}
 		return int64(x), nil
 	case bool:
@@ -540,16 +729,15 @@ func toInt(v any) (int64, error) {
 		if x.IsInt64() {
 			return x.Int64(), nil
 		}
-		return 0, errTooBig{x.String()}
+		return 0, errTooBig{x}
 	case json.Number:
 		if n, err := x.Int64(); err == nil {
 			return n, nil
 		}
-		if u, err := strconv.ParseUint(string(x), 10, 64); err == nil {
-			return 0, errTooBig{strconv.FormatUint(u, 10)}
-		}
-		if b, ok := new(big.Int).SetString(string(x), 10); ok {
-			return 0, errTooBig{b.String()}
+		// An integer's digits (no '.', 'e'): too big for int64, without parsing a long
+		// number into a big.Int (quadratic in its length).
+		if t := strings.TrimPrefix(string(x), "-"); t != "" && strings.Trim(t, "0123456789") == "" {
+			return 0, errTooBig{x}
 		}
 	}
 	return 0, fmt.Errorf("is a %s, not an integer", typeName(v))

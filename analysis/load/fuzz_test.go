@@ -2,17 +2,21 @@ package load
 
 import (
 	"bytes"
-	"context"
+	"compress/gzip"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // FuzzLoad feeds arbitrary bytes to the loader (pickle, JSON, gzip of either). It must never
-// panic, and whatever it accepts must be a well-formed model: every stack and frame id in range.
-// Seeds: the committed fixtures and small hand-made inputs.
+// panic, whatever it accepts must be a well-formed model (every stack and frame id in range),
+// and it must stay within the resource bounds: heap allocated per byte of (decompressed)
+// input, and time linear in it. Seeds: the committed fixtures and small hand-made inputs.
 func FuzzLoad(f *testing.F) {
 	for _, seed := range [][]byte{minimal, gz(minimal), p4("]"), []byte(`{"segments": []}`), nested(300),
 		[]byte("\x80\x02ctorch.jit._pickle\nrestore_type_tag\nq\x00}q\x01(X\x08\x00\x00\x00segmentsq\x02]q\x03uX\x04\x00\x00\x00dictq\x04\x86q\x05R.")} {
@@ -24,8 +28,17 @@ func FuzzLoad(f *testing.F) {
 			f.Add(data)
 		}
 	}
+	f.Add(gz(p4("}", sstr("segments"), "]s", sstr("x"), "]", strings.Repeat("2\x86", 24), "s")))
+	f.Add(gz(bytes.Repeat([]byte("]"), 1<<16)))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := Reader(context.Background(), bytes.NewReader(data), "fuzz", int64(len(data)), Options{})
+		n := inputSize(data)
+		s, err, alloc, elapsed := loadMeasured(t, "", data, Options{MaxDecompressed: 64 << 20})
+		if limit := loadAllocPerByte*uint64(n) + loadAllocSlack; alloc > limit {
+			t.Fatalf("allocated %d bytes for %d bytes of input (limit %d)", alloc, n, limit)
+		}
+		if limit := 5*time.Second + time.Duration(n)*5*time.Microsecond; elapsed > limit {
+			t.Fatalf("%d bytes took %v (limit %v)", n, elapsed, limit)
+		}
 		if err != nil {
 			if _, ok := err.(*Error); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
@@ -63,4 +76,15 @@ func checkModel(t *testing.T, s *snapshot.Snapshot) {
 			}
 		}
 	}
+}
+
+// inputSize is the input's size, decompressed for gzip (as far as it decompresses, up to the
+// limit the fuzz target loads with): the bounds are per byte the decoder reads.
+func inputSize(data []byte) int64 {
+	n := int64(len(data))
+	if zr, err := gzip.NewReader(bytes.NewReader(data)); err == nil {
+		m, _ := io.Copy(io.Discard, io.LimitReader(zr, 64<<20+1))
+		n = max(n, m)
+	}
+	return n
 }

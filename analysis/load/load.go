@@ -6,6 +6,7 @@ package load
 
 import (
 	"bufio"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/memsnap/memsnap/analysis/pickle"
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -30,14 +32,28 @@ type Options struct {
 	MaxTraceEvents int
 	// Progress, when set, receives bytes read so far and the total (0 when unknown).
 	Progress func(done, total int64)
+	// MaxDecompressed bounds how many bytes a gzip file may decompress to: 0 means
+	// DefaultMaxDecompressed, a negative value no limit.
+	MaxDecompressed int64
 }
 
+// DefaultMaxDecompressed is the decompressed size past which gzip input is refused. A
+// snapshot of a million trace events is under 1 GiB of pickle; the limit stops a small
+// compressed file (gzip expands up to 1032 times) from costing unbounded time and memory.
+const DefaultMaxDecompressed int64 = 4 << 30
+
+// ErrDecompressedLimit is wrapped by the error for gzip input that decompresses past the
+// limit (Options.MaxDecompressed).
+var ErrDecompressedLimit = errors.New("decompressed size limit exceeded")
+
 // Error is a load failure: the file, what is wrong, and the byte offset for pickles (-1 when
-// no offset applies).
+// no offset applies; for gzip input, an offset into the decompressed stream). Err is the
+// underlying error when there is one (a *pickle.Error, an I/O error, ErrDecompressedLimit).
 type Error struct {
 	File   string
 	Offset int64
 	Msg    string
+	Err    error
 }
 
 func (e *Error) Error() string {
@@ -47,28 +63,57 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.File, e.Msg)
 }
 
-// File loads one snapshot file; "-" reads standard input.
+// Unwrap returns the underlying error (nil when the message says it all).
+func (e *Error) Unwrap() error { return e.Err }
+
+// File loads one snapshot file; "-" reads standard input. Anything but a regular file (a
+// named pipe, a socket, a device) is refused before it is opened, so a FIFO cannot block
+// the caller and /dev/zero cannot feed it forever.
 func File(ctx context.Context, path string, opt Options) (*snapshot.Snapshot, error) {
 	if path == "-" {
 		return Reader(ctx, os.Stdin, "<stdin>", 0, opt)
 	}
-	f, err := os.Open(path)
+	fail := func(msg string, err error) error { return &Error{File: path, Offset: -1, Msg: msg, Err: err} }
+	st, err := os.Stat(path)
 	if err != nil {
-		return nil, &Error{File: path, Offset: -1, Msg: openMsg(err)}
+		return nil, fail(openMsg(err), err)
+	}
+	if msg := notRegular(st.Mode()); msg != "" {
+		return nil, fail(msg, nil)
+	}
+	// O_NONBLOCK: should the path be swapped for a FIFO after the Stat, open still returns at
+	// once, and the Stat of the open file refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fail(openMsg(err), err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, &Error{File: path, Offset: -1, Msg: err.Error()}
+	if st, err = f.Stat(); err != nil {
+		return nil, fail(err.Error(), err)
 	}
-	if st.IsDir() {
-		return nil, &Error{File: path, Offset: -1, Msg: "is a directory (load it as a set of rank snapshots)"}
+	if msg := notRegular(st.Mode()); msg != "" {
+		return nil, fail(msg, nil)
 	}
-	s, err := Reader(ctx, f, path, st.Size(), opt)
-	if err != nil {
-		return nil, err
+	// The size is for progress only: nothing is reserved from it (a sparse file may claim
+	// terabytes it does not hold).
+	return Reader(ctx, f, path, st.Size(), opt)
+}
+
+// notRegular says why a file of this mode cannot be loaded ("" for a regular file).
+func notRegular(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m.IsDir():
+		return "is a directory (load it as a set of rank snapshots)"
+	case m&os.ModeNamedPipe != 0:
+		return "is a named pipe (FIFO), not a regular file: pipe it to standard input with '-' instead"
+	case m&os.ModeSocket != 0:
+		return "is a socket, not a regular file"
+	case m&os.ModeDevice != 0:
+		return "is a device, not a regular file"
 	}
-	return s, nil
+	return "is not a regular file"
 }
 
 func openMsg(err error) string {
@@ -104,10 +149,42 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// capReader fails with a *limitError once more than limit bytes have been read from r.
+type capReader struct {
+	r     io.Reader
+	left  int64
+	limit int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		// At the limit: the input is within it only if it ends here.
+		var one [1]byte
+		if n, err := c.r.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, &limitError{c.limit}
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+type limitError struct{ limit int64 }
+
+func (e *limitError) Error() string {
+	return fmt.Sprintf("decompresses to more than %s, the limit for gzip input (raise it with --max-decompressed BYTES, or -1 for none)", sizeText(e.limit))
+}
+
+func (e *limitError) Is(target error) bool { return target == ErrDecompressedLimit }
+
 // Reader loads a snapshot from r; name is used in errors and size (0 if unknown) in progress.
 func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Options) (*snapshot.Snapshot, error) {
-	fail := func(off int64, format string, args ...any) error {
-		return &Error{File: name, Offset: off, Msg: fmt.Sprintf(format, args...)}
+	fail := func(off int64, err error, format string, args ...any) error {
+		return &Error{File: name, Offset: off, Msg: fmt.Sprintf(format, args...), Err: err}
 	}
 	br := bufio.NewReaderSize(&countingReader{r: r, total: size, opt: opt}, 64<<10)
 	head, _ := br.Peek(2)
@@ -116,19 +193,23 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 	if len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, fail(-1, "corrupt gzip header: %v", err)
+			return nil, fail(-1, err, "corrupt gzip header: %v", err)
 		}
 		defer zr.Close()
 		format.Gzip = true
-		src = bufio.NewReaderSize(zr, 64<<10)
+		var dz io.Reader = zr
+		if limit := cmp.Or(opt.MaxDecompressed, DefaultMaxDecompressed); limit > 0 {
+			dz = &capReader{r: zr, left: limit, limit: limit}
+		}
+		src = bufio.NewReaderSize(dz, 64<<10)
 	}
 	inner := src.(*bufio.Reader)
 	first, err := inner.Peek(1)
 	if err != nil {
 		if format.Gzip {
-			return nil, fail(-1, "empty or corrupt gzip stream: %v", err)
+			return nil, fail(-1, err, "empty or corrupt gzip stream: %v", err)
 		}
-		return nil, fail(-1, "empty file")
+		return nil, fail(-1, nil, "empty file")
 	}
 	var s *snapshot.Snapshot
 	switch c := skipSpace(inner); {
@@ -136,41 +217,53 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 		format.Encoding = "json"
 		s, err = decodeJSON(ctx, inner, format, opt)
 		if err != nil {
-			return nil, fail(-1, "%v", err)
+			return nil, fail(-1, err, "%v", err)
 		}
 	case first[0] == 0x80 || first[0] == '(' || first[0] == '}' || first[0] == ']':
 		format.Encoding = "pickle"
-		hint := size
-		if format.Gzip {
-			hint = 0
-		}
-		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents, SizeHint: hint})
+		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents})
 		if err != nil {
 			var pe *pickle.Error
 			if errors.As(err, &pe) {
-				msg := pe.Msg
-				if format.Gzip {
-					msg += " in the decompressed stream"
-				}
-				return nil, fail(pe.Offset, "corrupt pickle: %s", msg)
+				return nil, fail(pe.Offset, err, "%s", pickleMsg(pe, format.Gzip))
 			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, fail(-1, "%v", err)
+			return nil, fail(-1, err, "%v", err)
 		}
-		format.Protocol = res.Protocol // 0: no PROTO opcode (protocol 0 or 1)
+		format.Protocol = res.Protocol
 		format.TypeTagGlobal = res.TypeTag
 		c := newConverter(res.Interner, res.Extras, opt.MaxTraceEvents)
+		// Shared references can make a small pickle name the same segment, block list or
+		// trace many times: the model may hold no more values than the pickle has bytes.
+		c.budget = res.Stats.Bytes + valueSlack
 		s, err = c.snapshot(res.Root, format)
 		if err != nil {
-			return nil, fail(-1, "%v", err)
+			return nil, fail(-1, err, "%v", err)
 		}
 	default:
-		return nil, fail(0, "not a snapshot: neither a pickle nor JSON (first byte 0x%02x)", first[0])
+		return nil, fail(0, nil, "not a snapshot: neither a pickle nor JSON (first byte 0x%02x)", first[0])
 	}
 	s.Path = name
 	return s, nil
+}
+
+// pickleMsg words a decoding failure: corruption says so; a refused global, a limit or a
+// read error (a corrupt gzip stream, the decompressed-size limit) speaks for itself.
+func pickleMsg(pe *pickle.Error, gz bool) string {
+	switch {
+	case errors.Is(pe, pickle.ErrCorrupt):
+		if gz {
+			return "corrupt pickle: " + pe.Msg + " in the decompressed stream"
+		}
+		return "corrupt pickle: " + pe.Msg
+	case errors.Is(pe, pickle.ErrUnsafe), errors.Is(pe, pickle.ErrLimit), errors.Is(pe, ErrDecompressedLimit):
+		return pe.Msg
+	case gz:
+		return "corrupt gzip stream: " + pe.Msg
+	}
+	return "reading the input: " + pe.Msg
 }
 
 // skipSpace peeks past leading whitespace (JSON may start with it) and returns the first
@@ -199,7 +292,7 @@ func decodeJSON(ctx context.Context, r io.Reader, format snapshot.Format, opt Op
 		var se *json.SyntaxError
 		switch {
 		case errors.As(err, &se):
-			return nil, fmt.Errorf("corrupt JSON at byte %d: %v", se.Offset, err)
+			return nil, fmt.Errorf("corrupt JSON at byte %d: %w", se.Offset, err)
 		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 			return nil, fmt.Errorf("truncated JSON")
 		case ctx.Err() != nil:
@@ -338,7 +431,7 @@ var rankInName = regexp.MustCompile(`(?i)rank[_-]?(\d+)`)
 func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, &Error{File: dir, Offset: -1, Msg: openMsg(err)}
+		return nil, &Error{File: dir, Offset: -1, Msg: openMsg(err), Err: err}
 	}
 	var files []string
 	for _, e := range entries {

@@ -6,28 +6,55 @@
 // and block dicts typed blocks (Block). The memo is a fast path: a frames list referenced again
 // is resolved to its stack id without re-reading. Everything else (segments, settings,
 // annotations) comes out as a plain value tree (map[string]any, []any, string, int64, uint64,
-// *big.Int, float64, bool, nil) for the loader.
+// *big.Int, float64, bool, nil) for the loader. Protocols 0 to 5 are read.
+//
+// Resource bounds: whatever the input, memory stays a small multiple of the bytes read and
+// time linear in them. Nothing is reserved from a declared length or a file size; the memo
+// grows only as far as the bytes read can fill it; nesting is capped while containers are
+// built; a container referenced many times (memo, DUP) is converted once, so the tree is a DAG
+// of at most one value per container; big integers are converted once. Stats reports what a
+// decode produced, for tests that hold these bounds.
 package pickle
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/big"
+	"strconv"
 	"unsafe"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
-// Error is a decoding failure at a byte offset of the (decompressed) pickle stream.
+// The classes of decoding failure; every *Error wraps one of them, or the input's own read
+// error (a corrupt gzip stream, a size limit of the reader).
+var (
+	// ErrCorrupt: the bytes are not a well-formed pickle.
+	ErrCorrupt = errors.New("corrupt pickle")
+	// ErrUnsafe: the pickle asks for a global or a call that memsnap refuses to execute.
+	ErrUnsafe = errors.New("unsafe pickle")
+	// ErrLimit: the pickle is well-formed but exceeds a bound no snapshot comes near (a value
+	// longer or larger than any snapshot holds, shared references repeated beyond its size).
+	ErrLimit = errors.New("pickle exceeds a decoding limit")
+)
+
+// Error is a decoding failure at a byte offset of the (decompressed) pickle stream. Err is
+// ErrCorrupt, ErrUnsafe, ErrLimit or the input's read error; errors.Is sees through it.
 type Error struct {
 	Offset int64
 	Msg    string
+	Err    error
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (at byte %d)", e.Msg, e.Offset) }
+
+// Unwrap returns the class of failure (or the input's read error).
+func (e *Error) Unwrap() error { return e.Err }
 
 // Result is what Decode returns: the plain value tree plus the interned frames and stacks that
 // the reduced parts of the tree (snapshot.StackID leaves, []snapshot.Event lists) refer to.
@@ -35,8 +62,23 @@ type Result struct {
 	Root     any
 	Interner *snapshot.Interner
 	Extras   []snapshot.EventExtra
-	Protocol int
+	Protocol int  // from PROTO; without one, 1 when the first opcode is binary, else 0
 	TypeTag  bool // the restore_type_tag global was used
+	Stats    Stats
+}
+
+// Stats counts what a decode read and produced. Decode fills Options.Stats also when it
+// fails, so tests can hold every input to the bounds.
+type Stats struct {
+	// Bytes is how much of the input was consumed (up to STOP, or to the failure).
+	Bytes int64
+	// Values is how many values the tree handed to the loader holds, each shared container,
+	// frame, block and big integer counted once.
+	Values int64
+	// MemoBytes is the size of the dense memo, which lives outside the Go heap.
+	MemoBytes int64
+	// Objects is how many container objects were allocated (recycled ones count once).
+	Objects int
 }
 
 // Options bound the decoder.
@@ -46,11 +88,8 @@ type Options struct {
 	// MaxEvents, when positive, keeps only the newest MaxEvents events of each trace list
 	// while decoding, so memory stays bounded whatever the trace length.
 	MaxEvents int
-	// SizeHint, when positive, is the input's size in bytes. Event lists are then sized up
-	// front for the most events such an input can hold: capacity that is never written costs
-	// no resident memory, and growing a list of millions of events by copying costs seconds
-	// of page faults.
-	SizeHint int64
+	// Stats, when set, receives the decode's counters, also when it fails.
+	Stats *Stats
 }
 
 // EventList is a decoded device trace: the kept events, oldest first, and how many older
@@ -67,20 +106,29 @@ const (
 	kBool
 	kInt   // x holds the int64
 	kUint  // x holds a uint64 above MaxInt64
-	kBig   // x indexes d.strs: the decimal string of a larger integer
+	kBig   // x indexes d.bigs: a larger integer, converted once
 	kFloat // x holds the float64 bits
 	kStr
 	kBytes
+	// Containers, kList to kEmptyDict (isContainer relies on the order).
 	kList  // x indexes d.objs
 	kTuple // x indexes d.objs
 	kDict  // x indexes d.objs
-	kStack // x holds a snapshot.StackID (a reduced frames list)
-	kFrame // x holds a snapshot.FrameID (a reduced frame dict)
-	kEvent // x: the event list object << 32 | the event's index in it
-	kBlock // x indexes d.blocks: a reduced block dict
+	// An empty container that nothing else refers to yet has no object: one is made only when
+	// it is memoized, DUPed or filled. A stream of EMPTY_LIST opcodes then costs one stack slot
+	// per byte, not an object per byte.
+	kEmptyList  // kList + 3, as materialize relies on
+	kEmptyTuple // never gets an object: an empty tuple cannot change
+	kEmptyDict  // kDict + 3
+	kStack      // x holds a snapshot.StackID (a reduced frames list)
+	kFrame      // x holds a snapshot.FrameID (a reduced frame dict)
+	kEvent      // x: the event list object << 32 | the event's index in it
+	kBlock      // x indexes d.blocks: a reduced block dict
 	kGlobal
 	kMark // only on the mark stack bookkeeping, never a value
 )
+
+func isContainer(k kind) bool { return k-kList <= kEmptyDict-kList } // one unsigned compare
 
 // val is one Python value on the stack or in the memo: 16 bytes and no pointers, so the memo
 // (millions of slots) is cheap to fill and invisible to the garbage collector. Containers live
@@ -110,7 +158,12 @@ type object struct {
 	red        uint64     // the reduction's payload (see redKind)
 	redKind    kind       // kNone until reduced; then kStack, kFrame, kEvent or kBlock
 	shared     bool       // more references may exist than the one memo slot
-	memoSlot   int32      // the memo slot holding this object, -1 if none
+	// depth is how deeply the container nests others (1: it holds no container), kept as
+	// items arrive so that nesting is refused before it costs memory. A shared container
+	// filled after it was nested elsewhere can make it an underestimate; toTree's own depth
+	// check catches that (its memory was already bounded by the growth checks).
+	depth    uint16
+	memoSlot int32 // the memo slot holding this object, -1 if none
 }
 
 type eventList struct {
@@ -122,6 +175,19 @@ const (
 	maxDepth      = 256
 	bufSize       = 1 << 20
 	progressEvery = 16 << 20
+	// maxString bounds one string or bytes value: the longest strings of a snapshot are C++
+	// frame names of a few KiB; a declared length beyond this is corruption or an attack, and
+	// is refused before anything is read.
+	maxString = 16 << 20
+	// maxLongBytes bounds a binary integer (LONG1/LONG4); snapshots need at most 9 bytes.
+	maxLongBytes = 1 << 16
+	// maxTextLine bounds a protocol-0 text line holding a number or a memo index; string
+	// lines (STRING, UNICODE) may be as long as an escaped maxString.
+	maxTextLine = 4096
+	// farMemo is how far past the memo's end (and past the bytes read) an explicit PUT index
+	// may grow the dense memo; farther ones go to a map, so a hostile LONG_BINPUT cannot make
+	// the memo cost more than 16 bytes per byte read.
+	farMemo = 4096
 )
 
 type decoder struct {
@@ -130,6 +196,7 @@ type decoder struct {
 	pos, end int
 	base     int64 // input offset of buf[0]
 	srcDone  bool  // src returned EOF or an error
+	srcErr   error // the error src returned, unless it was an end of input
 	opAt     int64 // offset of the opcode being executed
 	stack    []val
 	marks    []int
@@ -138,6 +205,7 @@ type decoder struct {
 	objs     []object
 	strs     []string
 	keys     []keyCode // key code of each string in strs
+	bigs     []*big.Int
 	blocks   blockStore
 	// lastEvents is the trace list being filled, the only one holding spare capacity.
 	lastEvents *eventList
@@ -147,12 +215,30 @@ type decoder struct {
 	in                   *snapshot.Interner
 	extras               []snapshot.EventExtra
 	extraID              map[snapshot.EventExtra]uint32
-	proto                int
-	typeTag              bool
-	ctx                  context.Context
-	opt                  Options
-	nextProgress         int64
-	frameBuf             []snapshot.FrameID
+	// extraByRef finds an event's extra id from the identities of its strings, so a long
+	// string shared by millions of events is hashed once, not once per event.
+	extraByRef map[extraRef]uint32
+	// fwdSeq interns forward_frames lists by their string identities (fwdLines joined).
+	fwdSeq   map[string]uint32
+	fwdLines []string
+	keyBuf   []byte
+	// produced counts bytes of strings built or hashed from shared references; held to
+	// producedLimit so that references cannot multiply the work.
+	produced     int64
+	proto        int
+	typeTag      bool
+	ctx          context.Context
+	opt          Options
+	nextProgress int64
+	// growthCheck is the stack and object count past which run checks them against the
+	// bytes read (checkGrowth).
+	growthCheck int
+	frameBuf    []snapshot.FrameID
+	// toTree state: values produced, shared containers and leaves converted once.
+	values    int64
+	treeCache map[uint64]any
+	leafCache map[val]any
+	blockTree []any
 }
 
 // Decode decodes one pickle from r. Bytes after STOP are ignored.
@@ -166,8 +252,22 @@ func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
 		ctx:          ctx,
 		opt:          opt,
 		nextProgress: progressEvery,
+		growthCheck:  growthSlack,
 	}
 	defer d.memo.release()
+	res, err := d.decode()
+	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * int64(unsafe.Sizeof(val{})), Objects: len(d.objs)}
+	if opt.Stats != nil {
+		*opt.Stats = st
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Stats = st
+	return res, nil
+}
+
+func (d *decoder) decode() (*Result, error) {
 	root, err := d.run()
 	if err != nil {
 		return nil, err
@@ -180,7 +280,24 @@ func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
 }
 
 func (d *decoder) fail(off int64, format string, args ...any) error {
-	return &Error{Offset: off, Msg: fmt.Sprintf(format, args...)}
+	return &Error{Offset: off, Msg: fmt.Sprintf(format, args...), Err: ErrCorrupt}
+}
+
+func (d *decoder) failUnsafe(off int64, format string, args ...any) error {
+	return &Error{Offset: off, Msg: fmt.Sprintf(format, args...), Err: ErrUnsafe}
+}
+
+func (d *decoder) failLimit(off int64, format string, args ...any) error {
+	return &Error{Offset: off, Msg: fmt.Sprintf(format, args...), Err: ErrLimit}
+}
+
+// short reports input that ended early: the input's own read error if it had one (a corrupt
+// gzip stream, a decompression limit), else a truncation.
+func (d *decoder) short(off int64, format string, args ...any) error {
+	if d.srcErr != nil {
+		return &Error{Offset: d.offset(), Msg: d.srcErr.Error(), Err: d.srcErr}
+	}
+	return d.fail(off, format, args...)
 }
 
 // offset is the input offset of the next unread byte.
@@ -200,6 +317,10 @@ func (d *decoder) fill(n int) bool {
 		d.end += m
 		if err != nil {
 			d.srcDone = true
+			// A stream cut short (io.ErrUnexpectedEOF from gzip) reads as truncation.
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				d.srcErr = err
+			}
 		}
 	}
 	return d.end >= n
@@ -217,22 +338,23 @@ func (d *decoder) read(n int) ([]byte, error) {
 	}
 	if !d.fill(n) {
 		if n > 64 {
-			return nil, d.fail(d.opAt, "truncated: declared length %d, input ends after %d bytes", n, d.end-d.pos)
+			return nil, d.short(d.opAt, "truncated: declared length %d, input ends after %d bytes", n, d.end-d.pos)
 		}
-		return nil, d.fail(d.offset(), "truncated: needed %d more bytes", n)
+		return nil, d.short(d.offset(), "truncated: needed %d more bytes", n)
 	}
 	b := d.buf[d.pos : d.pos+n]
 	d.pos += n
 	return b, nil
 }
 
-// readLong reads n bytes that do not fit the buffer, growing the destination only as data
-// arrives, so a declared length larger than the input costs no more than the input.
+// readLong reads n (<= maxString) bytes that do not fit the buffer, growing the destination
+// only as data arrives, so a declared length larger than the input costs no more than the
+// input.
 func (d *decoder) readLong(n int) ([]byte, error) {
 	out := make([]byte, 0, bufSize)
 	for len(out) < n {
 		if d.pos == d.end && !d.fill(1) {
-			return nil, d.fail(d.opAt, "truncated: declared length %d, input ends after %d bytes", n, len(out))
+			return nil, d.short(d.opAt, "truncated: declared length %d, input ends after %d bytes", n, len(out))
 		}
 		take := min(n-len(out), d.end-d.pos)
 		out = append(out, d.buf[d.pos:d.pos+take]...)
@@ -247,10 +369,35 @@ func (d *decoder) byte1() (byte, error) {
 		d.pos++
 		return c, nil
 	}
-	return 0, d.fail(d.offset(), "truncated: no STOP opcode")
+	return 0, d.short(d.offset(), "truncated: no STOP opcode")
 }
 
 func (d *decoder) push(v val) { d.stack = append(d.stack, v) }
+
+// growthSlack and growthPerByte bound the stack and the container objects: no more than one
+// of each per 8 bytes read, plus 64 Ki. A snapshot's largest stack is a C++-written trace
+// list, whose event dicts take 30 bytes or more each; its live containers are fewer still.
+// Without the bound a run of one-byte EMPTY_LISTs (or NONEs) would cost 16 to 100 bytes per
+// byte read. run compares both lengths with growthCheck once per loop (after fastOps, or one
+// opcode), so the hot path pays nothing.
+const (
+	growthSlack   = 1 << 16
+	growthPerByte = 8
+)
+
+// checkGrowth refuses a stack or a set of containers larger than the bytes read justify, and
+// moves growthCheck to the bound at this offset.
+func (d *decoder) checkGrowth(at int64) error {
+	limit := at/growthPerByte + growthSlack
+	d.growthCheck = int(limit)
+	if n := int64(len(d.stack)); n > limit {
+		return d.failLimit(at, "%d values wait on the stack: more than one per %d bytes read, which no snapshot needs", n, growthPerByte)
+	}
+	if n := int64(len(d.objs)); n > limit {
+		return d.failLimit(at, "%d containers are alive: more than one per %d bytes read, which no snapshot needs", n, growthPerByte)
+	}
+	return nil
+}
 
 func (d *decoder) pop(at int64, op string) (val, error) {
 	lo := 0
@@ -300,11 +447,19 @@ func (d *decoder) newObj(k kind, items []val) val {
 		if items == nil {
 			items = o.items[:0]
 		}
-		*o = object{items: items, frames: o.frames[:0], memoSlot: -1, framesHash: snapshot.StackHashSeed}
+		*o = object{items: items, frames: o.frames[:0], memoSlot: -1, framesHash: snapshot.StackHashSeed, depth: 1}
 		return val{k: k, x: uint64(i)}
 	}
-	d.objs = append(d.objs, object{items: items, memoSlot: -1, framesHash: snapshot.StackHashSeed})
+	d.objs = append(d.objs, object{items: items, memoSlot: -1, framesHash: snapshot.StackHashSeed, depth: 1})
 	return val{k: k, x: uint64(len(d.objs) - 1)}
+}
+
+// materialize gives an empty list or dict its object, once something may refer to it twice
+// or fill it (v is the stack slot holding it). Empty tuples never need one.
+func (d *decoder) materialize(v *val) {
+	if v.k == kEmptyList || v.k == kEmptyDict {
+		*v = d.newObj(v.k-(kEmptyList-kList), nil) // kEmptyList → kList, kEmptyDict → kDict
+	}
 }
 
 // share marks a container as possibly referenced from more than one place.
@@ -314,20 +469,39 @@ func (d *decoder) share(v val) {
 	}
 }
 
-func (d *decoder) memoize(idx uint64, v val) {
+// memoize stores the stack top t in memo slot idx (MEMOIZE: the next slot).
+func (d *decoder) memoize(idx uint64, t *val) {
+	d.materialize(t)
+	v := *t
 	if v.k == kList || v.k == kDict || v.k == kTuple {
-		if o := &d.objs[v.x]; o.memoSlot == -1 && idx < d.memo.n+4096 && idx < 1<<31 {
+		if o := &d.objs[v.x]; o.memoSlot == -1 && idx < d.memo.n+farMemo && idx < 1<<31 {
 			o.memoSlot = int32(idx)
 		} else {
 			o.shared = true
 		}
 	}
-	// Dense slots grow the table only near its end: a far index (a hostile LONG_BINPUT) goes
-	// to the map, so the memo never costs more than the input.
-	if idx < d.memo.n+4096 {
+	// Dense slots grow the table only near its end: a far index goes to the map.
+	if idx < d.memo.n+farMemo {
 		d.memo.set(idx, v)
 		return
 	}
+	d.memoFar(idx, v)
+}
+
+// put is BINPUT, LONG_BINPUT and PUT: an explicit index, which may grow the dense memo only
+// as far as the bytes read could have filled it (a slot per byte), so a run of LONG_BINPUTs
+// each just inside the window cannot make the memo cost more than the input.
+func (d *decoder) put(at int64, idx uint64, t *val) {
+	if idx < d.memo.n || (idx < d.memo.n+farMemo && idx < uint64(at)+farMemo) {
+		d.memoize(idx, t)
+		return
+	}
+	d.materialize(t)
+	d.share(*t)
+	d.memoFar(idx, *t)
+}
+
+func (d *decoder) memoFar(idx uint64, v val) {
 	if d.memoHi == nil {
 		d.memoHi = map[uint64]val{}
 	}
@@ -348,20 +522,38 @@ func (d *decoder) memoGet(at int64, idx uint64) (val, error) {
 	return val{}, d.fail(at, "memo slot %d read before it was set", idx)
 }
 
-func (d *decoder) length(b []byte) int { return int(binary.LittleEndian.Uint32(b)) }
+// bookkeeping runs between opcodes every progressEvery bytes: cancellation and progress.
+func (d *decoder) bookkeeping(at int64) error {
+	d.nextProgress += progressEvery
+	if err := d.ctx.Err(); err != nil {
+		return err
+	}
+	if d.opt.Progress != nil {
+		d.opt.Progress(at)
+	}
+	return nil
+}
 
 // run executes opcodes until STOP and returns the value left on the stack.
 func (d *decoder) run() (val, error) {
+	if d.fill(1) {
+		// No PROTO: protocol 0 writes text opcodes, protocol 1 starts with a binary one.
+		switch d.buf[d.pos] {
+		case '}', ']', ')', 'q', 'r', 'K', 'M', 'J', 'G', 'X', 'U', 'T':
+			d.proto = 1
+		}
+	}
 	for {
 		at := d.offset()
 		d.opAt = at
 		if at >= d.nextProgress {
-			d.nextProgress += progressEvery
-			if err := d.ctx.Err(); err != nil {
+			if err := d.bookkeeping(at); err != nil {
 				return val{}, err
 			}
-			if d.opt.Progress != nil {
-				d.opt.Progress(at)
+		}
+		if len(d.stack) > d.growthCheck || len(d.objs) > d.growthCheck {
+			if err := d.checkGrowth(at); err != nil {
+				return val{}, err
 			}
 		}
 		if d.end-d.pos >= fastWindow {
@@ -371,7 +563,7 @@ func (d *decoder) run() (val, error) {
 		}
 		op, err := d.byte1()
 		if err != nil {
-			if at == 0 {
+			if at == 0 && d.srcErr == nil {
 				return val{}, d.fail(0, "empty input")
 			}
 			return val{}, err
@@ -391,61 +583,74 @@ func (d *decoder) run() (val, error) {
 				return val{}, err
 			}
 		case '}': // EMPTY_DICT
-			d.push(d.newObj(kDict, nil))
+			d.push(val{k: kEmptyDict})
 		case ']': // EMPTY_LIST
-			d.push(d.newObj(kList, nil))
+			d.push(val{k: kEmptyList})
 		case ')': // EMPTY_TUPLE
-			d.push(d.newObj(kTuple, nil))
+			d.push(val{k: kEmptyTuple})
 		case '(': // MARK
 			if len(d.marks) >= maxDepth*64 {
 				return val{}, d.fail(at, "too many nested MARKs")
 			}
 			d.marks = append(d.marks, len(d.stack))
-			if n := len(d.stack); n > 0 && d.stack[n-1].k == kList {
-				d.frameRun()
+			if n := len(d.stack); n > 0 {
+				if t := &d.stack[n-1]; t.k == kList || t.k == kEmptyList {
+					d.materialize(t)
+					d.frameRun()
+				}
 			}
 		case 0x94: // MEMOIZE
 			t, err := d.top(at, "MEMOIZE")
 			if err != nil {
 				return val{}, err
 			}
-			d.memoize(d.memo.n, *t)
-		case 'q': // BINPUT
-			b, err := d.read(1)
+			d.memoize(d.memo.n, t)
+		case 'q', 'r', 'p': // BINPUT, LONG_BINPUT, PUT
+			var idx uint64
+			switch op {
+			case 'q':
+				b, err := d.read(1)
+				if err != nil {
+					return val{}, err
+				}
+				idx = uint64(b[0])
+			case 'r':
+				b, err := d.read(4)
+				if err != nil {
+					return val{}, err
+				}
+				idx = uint64(binary.LittleEndian.Uint32(b))
+			default:
+				if idx, err = d.lineIndex(at, "PUT"); err != nil {
+					return val{}, err
+				}
+			}
+			t, err := d.top(at, opName(op))
 			if err != nil {
 				return val{}, err
 			}
-			t, err := d.top(at, "BINPUT")
-			if err != nil {
-				return val{}, err
+			d.put(at, idx, t)
+		case 'h', 'j', 'g': // BINGET, LONG_BINGET, GET
+			var idx uint64
+			switch op {
+			case 'h':
+				b, err := d.read(1)
+				if err != nil {
+					return val{}, err
+				}
+				idx = uint64(b[0])
+			case 'j':
+				b, err := d.read(4)
+				if err != nil {
+					return val{}, err
+				}
+				idx = uint64(binary.LittleEndian.Uint32(b))
+			default:
+				if idx, err = d.lineIndex(at, "GET"); err != nil {
+					return val{}, err
+				}
 			}
-			d.memoize(uint64(b[0]), *t)
-		case 'r': // LONG_BINPUT
-			b, err := d.read(4)
-			if err != nil {
-				return val{}, err
-			}
-			t, err := d.top(at, "LONG_BINPUT")
-			if err != nil {
-				return val{}, err
-			}
-			d.memoize(uint64(binary.LittleEndian.Uint32(b)), *t)
-		case 'h': // BINGET
-			b, err := d.read(1)
-			if err != nil {
-				return val{}, err
-			}
-			v, err := d.memoGet(at, uint64(b[0]))
-			if err != nil {
-				return val{}, err
-			}
-			d.push(v)
-		case 'j': // LONG_BINGET
-			b, err := d.read(4)
-			if err != nil {
-				return val{}, err
-			}
-			v, err := d.memoGet(at, uint64(binary.LittleEndian.Uint32(b)))
+			v, err := d.memoGet(at, idx)
 			if err != nil {
 				return val{}, err
 			}
@@ -460,7 +665,9 @@ func (d *decoder) run() (val, error) {
 				return val{}, err
 			}
 			d.push(d.newStr(kStr, string(s)))
-		case 'X', 'B', 'C', 0x8d, 0x8e, 0x96: // BINUNICODE, BINBYTES, SHORT_BINBYTES, BINUNICODE8, BINBYTES8, BYTEARRAY8
+		case 'X', 'B', 'C', 0x8d, 0x8e, 0x96, 'T', 'U':
+			// BINUNICODE, BINBYTES, SHORT_BINBYTES, BINUNICODE8, BINBYTES8, BYTEARRAY8, and
+			// protocol 1's BINSTRING and SHORT_BINSTRING (Python 2 str, read as str).
 			var n uint64
 			switch op {
 			case 'X', 'B':
@@ -469,7 +676,17 @@ func (d *decoder) run() (val, error) {
 					return val{}, err
 				}
 				n = uint64(binary.LittleEndian.Uint32(b))
-			case 'C':
+			case 'T':
+				b, err := d.read(4)
+				if err != nil {
+					return val{}, err
+				}
+				l := int32(binary.LittleEndian.Uint32(b))
+				if l < 0 {
+					return val{}, d.fail(at, "BINSTRING with negative length %d", l)
+				}
+				n = uint64(l)
+			case 'C', 'U':
 				b, err := d.read(1)
 				if err != nil {
 					return val{}, err
@@ -482,17 +699,21 @@ func (d *decoder) run() (val, error) {
 				}
 				n = binary.LittleEndian.Uint64(b)
 			}
-			if n > math.MaxInt32 {
-				return val{}, d.fail(at, "string length %d is larger than any snapshot", n)
+			if n > maxString {
+				return val{}, d.failLimit(at, "string length %d is larger than any snapshot string (the limit is %d bytes)", n, maxString)
 			}
 			s, err := d.read(int(n))
 			if err != nil {
 				return val{}, err
 			}
-			if op == 'X' || op == 0x8d {
-				d.push(d.newStr(kStr, string(s)))
+			k := kStr
+			if op == 'B' || op == 'C' || op == 0x8e || op == 0x96 {
+				k = kBytes
+			}
+			if n > bufSize { // readLong's buffer is fresh and never reused: no second copy
+				d.push(d.newStr(k, unsafe.String(unsafe.SliceData(s), len(s))))
 			} else {
-				d.push(d.newStr(kBytes, string(s)))
+				d.push(d.newStr(k, string(s)))
 			}
 		case 'K': // BININT1
 			b, err := d.read(1)
@@ -512,30 +733,67 @@ func (d *decoder) run() (val, error) {
 				return val{}, err
 			}
 			d.push(val{k: kInt, x: uint64(int64(int32(binary.LittleEndian.Uint32(b))))})
-		case 0x8a: // LONG1
-			b, err := d.read(1)
-			if err != nil {
-				return val{}, err
+		case 0x8a, 0x8b: // LONG1, LONG4
+			var n uint32
+			if op == 0x8a {
+				b, err := d.read(1)
+				if err != nil {
+					return val{}, err
+				}
+				n = uint32(b[0])
+			} else {
+				b, err := d.read(4)
+				if err != nil {
+					return val{}, err
+				}
+				n = binary.LittleEndian.Uint32(b)
 			}
-			raw, err := d.read(int(b[0]))
-			if err != nil {
-				return val{}, err
-			}
-			d.push(d.long(raw))
-		case 0x8b: // LONG4
-			b, err := d.read(4)
-			if err != nil {
-				return val{}, err
-			}
-			n := binary.LittleEndian.Uint32(b)
-			if n > 1<<16 {
-				return val{}, d.fail(at, "integer of %d bytes is larger than any snapshot value", n)
+			if n > maxLongBytes {
+				return val{}, d.failLimit(at, "integer of %d bytes is larger than any snapshot value", n)
 			}
 			raw, err := d.read(int(n))
 			if err != nil {
 				return val{}, err
 			}
 			d.push(d.long(raw))
+		case 'I', 'L': // INT, LONG (protocol 0: decimal text; "I01"/"I00" are True/False)
+			line, err := d.readLine(at, maxTextLine, opName(op))
+			if err != nil {
+				return val{}, err
+			}
+			v, err := d.textInt(at, op, line)
+			if err != nil {
+				return val{}, err
+			}
+			d.push(v)
+		case 'F': // FLOAT (protocol 0: repr text)
+			line, err := d.readLine(at, maxTextLine, "FLOAT")
+			if err != nil {
+				return val{}, err
+			}
+			f, err := strconv.ParseFloat(string(line), 64)
+			if err != nil { // "1e999" too: CPython refuses it as well (it writes "inf")
+				return val{}, d.fail(at, "FLOAT %q is not a float64", truncate(line))
+			}
+			d.push(val{k: kFloat, x: math.Float64bits(f)})
+		case 'S', 'V': // STRING (quoted, with escapes), UNICODE (raw-unicode-escape)
+			line, err := d.readLine(at, 10*maxString+2, opName(op))
+			if err != nil {
+				return val{}, err
+			}
+			var s string
+			if op == 'S' {
+				s, err = unquoteString(line)
+			} else {
+				s, err = rawUnicodeEscape(line)
+			}
+			if err != nil {
+				return val{}, d.fail(at, "%s: %v", opName(op), err)
+			}
+			if len(s) > maxString {
+				return val{}, d.failLimit(at, "string length %d is larger than any snapshot string (the limit is %d bytes)", len(s), maxString)
+			}
+			d.push(d.newStr(kStr, s))
 		case 'G': // BINFLOAT (big-endian)
 			b, err := d.read(8)
 			if err != nil {
@@ -557,35 +815,45 @@ func (d *decoder) run() (val, error) {
 			if len(d.stack)-lo < n {
 				return val{}, d.fail(at, "stack underflow in TUPLE%d", n)
 			}
-			items := append([]val(nil), d.stack[len(d.stack)-n:]...)
-			d.stack = d.stack[:len(d.stack)-n]
-			for _, it := range items {
-				d.share(it)
+			v, err := d.tuple(at, d.stack[len(d.stack)-n:])
+			if err != nil {
+				return val{}, err
 			}
-			d.push(d.newObj(kTuple, items))
+			d.stack = d.stack[:len(d.stack)-n]
+			d.push(v)
 		case 't': // TUPLE
 			items, err := d.popMark(at, "TUPLE")
 			if err != nil {
 				return val{}, err
 			}
-			for _, it := range items {
-				d.share(it)
-			}
-			d.push(d.newObj(kTuple, append([]val(nil), items...)))
-		case 'l': // LIST
-			items, err := d.popMark(at, "LIST")
+			v, err := d.tuple(at, items)
 			if err != nil {
-				return val{}, err
-			}
-			v := d.newObj(kList, nil)
-			if err := d.appendItems(at, v, items); err != nil {
 				return val{}, err
 			}
 			d.push(v)
-		case 'd': // DICT
-			items, err := d.popMark(at, "DICT")
+		case 'l', 'd': // LIST, DICT
+			items, err := d.popMark(at, opName(op))
 			if err != nil {
 				return val{}, err
+			}
+			if len(items) == 0 {
+				if op == 'l' {
+					d.push(val{k: kEmptyList})
+				} else {
+					d.push(val{k: kEmptyDict})
+				}
+				break
+			}
+			if op == 'l' {
+				v := d.newObj(kList, nil)
+				if err := d.appendItems(at, v, items); err != nil {
+					return val{}, err
+				}
+				d.push(v)
+				break
+			}
+			if len(items)%2 != 0 {
+				return val{}, d.fail(at, "DICT with an odd number of items")
 			}
 			v := d.newObj(kDict, nil)
 			if err := d.setItems(at, v, items); err != nil {
@@ -601,6 +869,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
+			d.materialize(t)
 			if err := d.appendItems(at, *t, []val{item}); err != nil {
 				return val{}, err
 			}
@@ -613,6 +882,10 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
+			if len(items) == 0 && (t.k == kEmptyList || t.k == kList) {
+				break // nothing to add: an empty list may stay without an object
+			}
+			d.materialize(t)
 			if err := d.appendItems(at, *t, items); err != nil {
 				return val{}, err
 			}
@@ -629,6 +902,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
+			d.materialize(t)
 			if err := d.setItems(at, *t, []val{k, v}); err != nil {
 				return val{}, err
 			}
@@ -644,19 +918,27 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
+			if len(items) == 0 && (t.k == kEmptyDict || t.k == kDict) {
+				break
+			}
+			d.materialize(t)
 			if err := d.setItems(at, *t, items); err != nil {
 				return val{}, err
 			}
-		case 'c': // GLOBAL "module\nname\n"
-			mod, err := d.readLine(at)
+		case 'c', 'i': // GLOBAL "module\nname\n"; INST (protocol 0) names a class the same way
+			mod, err := d.readLine(at, 256, "GLOBAL")
 			if err != nil {
 				return val{}, err
 			}
-			name, err := d.readLine(at)
+			smod := string(mod)
+			name, err := d.readLine(at, 256, "GLOBAL")
 			if err != nil {
 				return val{}, err
 			}
-			if err := d.global(at, mod, name); err != nil {
+			if op == 'i' {
+				return val{}, d.failUnsafe(at, "refusing unsafe global %s.%s (INST): a snapshot holds only plain data", smod, name)
+			}
+			if err := d.global(at, smod, string(name)); err != nil {
 				return val{}, err
 			}
 		case 0x93: // STACK_GLOBAL
@@ -684,14 +966,16 @@ func (d *decoder) run() (val, error) {
 				return val{}, err
 			}
 			if fn.k != kGlobal {
-				return val{}, d.fail(at, "REDUCE of something that is not restore_type_tag: refusing to call it")
+				return val{}, d.failUnsafe(at, "REDUCE of something that is not restore_type_tag: refusing to call it")
 			}
 			if args.k != kTuple || len(d.objs[args.x].items) == 0 {
 				return val{}, d.fail(at, "restore_type_tag needs a tuple argument")
 			}
-			obj := d.objs[args.x].items[0]
-			d.share(obj)
-			d.push(obj)
+			// The result is the argument itself: give it an object so both stay one value.
+			obj := &d.objs[args.x].items[0]
+			d.materialize(obj)
+			d.share(*obj)
+			d.push(*obj)
 		case '0': // POP
 			if _, err := d.pop(at, "POP"); err != nil {
 				return val{}, err
@@ -705,6 +989,7 @@ func (d *decoder) run() (val, error) {
 			if err != nil {
 				return val{}, err
 			}
+			d.materialize(t)
 			d.share(*t)
 			d.push(*t)
 		case '.': // STOP
@@ -712,25 +997,189 @@ func (d *decoder) run() (val, error) {
 				return val{}, d.fail(at, "STOP with %d values on the stack (want 1)", len(d.stack))
 			}
 			return d.stack[0], nil
+		case 'o', 0x81, 0x92, 'b': // OBJ, NEWOBJ, NEWOBJ_EX, BUILD
+			return val{}, d.failUnsafe(at, "%s builds a Python object: refusing it, a snapshot holds only plain data", opName(op))
+		case 'P', 'Q', 0x82, 0x83, 0x84: // PERSID, BINPERSID, EXT1, EXT2, EXT4
+			return val{}, d.failUnsafe(at, "%s refers to an object outside the pickle: refusing it, a snapshot holds only plain data", opName(op))
+		case 0x8f, 0x90, 0x91, 0x97, 0x98: // EMPTY_SET, ADDITEMS, FROZENSET, NEXT_BUFFER, READONLY_BUFFER
+			return val{}, d.fail(at, "unsupported opcode %s (0x%02x): a snapshot holds only dicts, lists, tuples, strings and numbers", opName(op), op)
 		default:
 			return val{}, d.fail(at, "unsupported or invalid opcode 0x%02x", op)
 		}
 	}
 }
 
-func (d *decoder) readLine(at int64) (string, error) {
-	var out []byte
-	for len(out) < 256 {
-		c, err := d.byte1()
-		if err != nil {
-			return "", err
-		}
-		if c == '\n' {
-			return string(out), nil
-		}
-		out = append(out, c)
+// opName names the opcodes that errors mention.
+func opName(op byte) string {
+	switch op {
+	case 'q':
+		return "BINPUT"
+	case 'r':
+		return "LONG_BINPUT"
+	case 'p':
+		return "PUT"
+	case 'I':
+		return "INT"
+	case 'L':
+		return "LONG"
+	case 'S':
+		return "STRING"
+	case 'V':
+		return "UNICODE"
+	case 'l':
+		return "LIST"
+	case 'd':
+		return "DICT"
+	case 'o':
+		return "OBJ"
+	case 0x81:
+		return "NEWOBJ"
+	case 0x92:
+		return "NEWOBJ_EX"
+	case 'b':
+		return "BUILD"
+	case 'P':
+		return "PERSID"
+	case 'Q':
+		return "BINPERSID"
+	case 0x82, 0x83, 0x84:
+		return "EXT" + strconv.Itoa(1<<(op-0x82))
+	case 0x8f:
+		return "EMPTY_SET"
+	case 0x90:
+		return "ADDITEMS"
+	case 0x91:
+		return "FROZENSET"
+	case 0x97:
+		return "NEXT_BUFFER"
+	case 0x98:
+		return "READONLY_BUFFER"
 	}
-	return "", d.fail(at, "GLOBAL name too long")
+	return fmt.Sprintf("opcode 0x%02x", op)
+}
+
+// tuple builds a tuple of items (copied), refusing nesting beyond maxDepth before it exists.
+func (d *decoder) tuple(at int64, items []val) (val, error) {
+	if len(items) == 0 {
+		return val{k: kEmptyTuple}, nil
+	}
+	depth := uint16(1)
+	for _, it := range items {
+		d.share(it)
+		if isContainer(it.k) {
+			if h := d.height(it) + 1; h > depth {
+				if h > maxDepth {
+					return val{}, d.fail(at, "values nested more than %d deep", maxDepth)
+				}
+				depth = h
+			}
+		}
+	}
+	v := d.newObj(kTuple, append([]val(nil), items...))
+	d.objs[v.x].depth = depth
+	return v, nil
+}
+
+// height is how deeply v nests containers: 0 for anything else, 1 for an empty container.
+func (d *decoder) height(v val) uint16 {
+	switch v.k {
+	case kList, kTuple, kDict:
+		return d.objs[v.x].depth
+	case kEmptyList, kEmptyTuple, kEmptyDict:
+		return 1
+	}
+	return 0
+}
+
+// nest records that container parent (an object index) now holds child, refusing nesting
+// beyond maxDepth while it is built rather than when the tree is converted.
+func (d *decoder) nest(at int64, parent uint64, child val) error {
+	h := d.height(child) + 1
+	if o := &d.objs[parent]; h > o.depth {
+		if h > maxDepth {
+			return d.fail(at, "values nested more than %d deep", maxDepth)
+		}
+		o.depth = h
+	}
+	return nil
+}
+
+// readLine reads a protocol-0 text argument up to its newline (not included; the slice is
+// valid until the next read), refusing lines longer than max.
+func (d *decoder) readLine(at int64, max int, op string) ([]byte, error) {
+	if i := bytes.IndexByte(d.buf[d.pos:d.end], '\n'); i >= 0 && i <= max {
+		line := d.buf[d.pos : d.pos+i]
+		d.pos += i + 1
+		return line, nil
+	}
+	var out []byte
+	for {
+		if d.pos == d.end && !d.fill(1) {
+			return nil, d.short(at, "truncated: %s argument without its newline", op)
+		}
+		chunk := d.buf[d.pos:d.end]
+		i := bytes.IndexByte(chunk, '\n')
+		if i >= 0 {
+			chunk = chunk[:i]
+		}
+		if len(out)+len(chunk) > max {
+			return nil, d.failLimit(at, "%s argument longer than %d bytes", op, max)
+		}
+		out = append(out, chunk...)
+		d.pos += len(chunk)
+		if i >= 0 {
+			d.pos++
+			return out, nil
+		}
+	}
+}
+
+// lineIndex reads the decimal memo index of PUT or GET.
+func (d *decoder) lineIndex(at int64, op string) (uint64, error) {
+	line, err := d.readLine(at, maxTextLine, op)
+	if err != nil {
+		return 0, err
+	}
+	idx, err := strconv.ParseUint(string(line), 10, 64)
+	if err != nil {
+		return 0, d.fail(at, "%s index %q is not a number", op, truncate(line))
+	}
+	return idx, nil
+}
+
+// textInt reads the argument of INT or LONG: decimal digits with an optional sign (LONG with
+// a trailing L); INT's "01" and "00" are True and False.
+func (d *decoder) textInt(at int64, op byte, line []byte) (val, error) {
+	if op == 'I' {
+		switch string(line) {
+		case "01":
+			return val{k: kBool, x: 1}, nil
+		case "00":
+			return val{k: kBool}, nil
+		}
+	} else if n := len(line); n > 0 && line[n-1] == 'L' {
+		line = line[:n-1]
+	}
+	s := string(line)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return val{k: kInt, x: uint64(n)}, nil
+	}
+	if u, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return val{k: kUint, x: u}, nil
+	}
+	b, ok := new(big.Int).SetString(s, 10)
+	if !ok {
+		return val{}, d.fail(at, "%s %q is not an integer", opName(op), truncate(line))
+	}
+	return d.bigVal(b), nil
+}
+
+// truncate shortens text quoted in an error message.
+func truncate(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "…"
+	}
+	return string(b)
 }
 
 func (d *decoder) global(at int64, mod, name string) error {
@@ -739,24 +1188,45 @@ func (d *decoder) global(at int64, mod, name string) error {
 		d.push(val{k: kGlobal})
 		return nil
 	}
-	return d.fail(at, "refusing global %s.%s: a snapshot holds only plain data", mod, name)
+	return d.failUnsafe(at, "refusing unsafe global %s.%s: a snapshot holds only plain data", mod, name)
 }
 
-// decodeLong decodes a little-endian two's-complement integer.
+// long decodes a LONG1/LONG4 payload; integers beyond 64 bits are converted to *big.Int once
+// and shared by every reference.
 func (d *decoder) long(raw []byte) val {
-	v, big := decodeLong(raw)
-	if v.k == kBig {
-		return d.newStr(kBig, big)
+	v, ok := decodeLong(raw)
+	if ok {
+		return v
 	}
-	return v
+	be := make([]byte, len(raw))
+	for i := range raw {
+		be[len(raw)-1-i] = raw[i]
+	}
+	b := new(big.Int).SetBytes(be)
+	if raw[len(raw)-1]&0x80 != 0 {
+		b.Sub(b, new(big.Int).Lsh(big.NewInt(1), uint(8*len(raw))))
+	}
+	return d.bigVal(b)
 }
 
-// decodeLong decodes a little-endian two's-complement integer; integers beyond 64 bits come
-// back as kBig with their decimal string.
-func decodeLong(raw []byte) (val, string) {
+// bigVal stores an integer that may not fit 64 bits (fitting ones become kInt or kUint).
+func (d *decoder) bigVal(b *big.Int) val {
+	switch {
+	case b.IsInt64():
+		return val{k: kInt, x: uint64(b.Int64())}
+	case b.IsUint64():
+		return val{k: kUint, x: b.Uint64()}
+	}
+	d.bigs = append(d.bigs, b)
+	return val{k: kBig, x: uint64(len(d.bigs) - 1)}
+}
+
+// decodeLong decodes a little-endian two's-complement integer that fits 64 bits; ok is false
+// for larger ones.
+func decodeLong(raw []byte) (v val, ok bool) {
 	n := len(raw)
 	if n == 0 {
-		return val{k: kInt}, ""
+		return val{k: kInt}, true
 	}
 	if n <= 8 {
 		var u uint64
@@ -766,24 +1236,16 @@ func decodeLong(raw []byte) (val, string) {
 		if raw[n-1]&0x80 != 0 && n < 8 { // sign-extend
 			u |= ^uint64(0) << (8 * n)
 		}
-		return val{k: kInt, x: u}, ""
+		return val{k: kInt, x: u}, true
 	}
 	if n == 9 && raw[8] == 0 {
 		u := binary.LittleEndian.Uint64(raw)
 		if u > math.MaxInt64 {
-			return val{k: kUint, x: u}, ""
+			return val{k: kUint, x: u}, true
 		}
-		return val{k: kInt, x: u}, ""
+		return val{k: kInt, x: u}, true
 	}
-	be := make([]byte, n)
-	for i := range raw {
-		be[n-1-i] = raw[i]
-	}
-	b := new(big.Int).SetBytes(be)
-	if raw[n-1]&0x80 != 0 {
-		b.Sub(b, new(big.Int).Lsh(big.NewInt(1), uint(8*n)))
-	}
-	return val{k: kBig}, b.String()
+	return val{}, false
 }
 
 // memoTable is the dense part of the memo, in fixed pages so that growing it never copies.
@@ -949,9 +1411,9 @@ var keyCodes = map[string]keyCode{
 	"requested_size": keyRequestedSize, "state": keyState, "history": keyHistory,
 }
 
-// str is the string of a kStr, kBytes or kBig value ("" for anything else).
+// str is the string of a kStr or kBytes value ("" for anything else).
 func (d *decoder) str(v val) string {
-	if v.k == kStr || v.k == kBytes || v.k == kBig {
+	if v.k == kStr || v.k == kBytes {
 		return d.strs[v.x]
 	}
 	return ""
@@ -987,7 +1449,7 @@ func (d *decoder) fastOps() {
 			if len(d.stack) == 0 || (len(d.marks) > 0 && len(d.stack) <= d.marks[len(d.marks)-1]) {
 				return
 			}
-			d.memoize(d.memo.n, d.stack[len(d.stack)-1])
+			d.memoize(d.memo.n, &d.stack[len(d.stack)-1])
 			pos++
 		case 'K': // BININT1
 			d.push(val{k: kInt, x: uint64(buf[pos+1])})
@@ -1003,7 +1465,7 @@ func (d *decoder) fastOps() {
 			if n > 8 {
 				return
 			}
-			v, _ := decodeLong(buf[pos+2 : pos+2+n])
+			v, _ := decodeLong(buf[pos+2 : pos+2+n]) // at most 8 bytes: always fits
 			d.push(v)
 			pos += 2 + n
 		case 0x88: // NEWTRUE
@@ -1016,10 +1478,10 @@ func (d *decoder) fastOps() {
 			d.push(val{k: kNone})
 			pos++
 		case '}': // EMPTY_DICT
-			d.push(d.newObj(kDict, nil))
+			d.push(val{k: kEmptyDict})
 			pos++
 		case ']': // EMPTY_LIST
-			d.push(d.newObj(kList, nil))
+			d.push(val{k: kEmptyList})
 			pos++
 		case '(': // MARK
 			if len(d.marks) >= maxDepth*64 {
@@ -1027,10 +1489,13 @@ func (d *decoder) fastOps() {
 			}
 			d.marks = append(d.marks, len(d.stack))
 			pos++
-			if n := len(d.stack); n > 0 && d.stack[n-1].k == kList {
-				d.pos = pos
-				d.frameRun()
-				buf, pos = d.buf[:d.end], d.pos
+			if n := len(d.stack); n > 0 {
+				if t := &d.stack[n-1]; t.k == kList || t.k == kEmptyList {
+					d.materialize(t)
+					d.pos = pos
+					d.frameRun()
+					buf, pos = d.buf[:d.end], d.pos
+				}
 			}
 		default:
 			return

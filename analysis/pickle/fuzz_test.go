@@ -3,13 +3,18 @@ package pickle
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzDecode: the decoder never panics on arbitrary bytes and fails only with *Error (or a
-// context error), whatever lengths, memo indexes or nesting the input claims.
+// context error), whatever lengths, memo indexes or nesting the input claims; and it stays
+// within the resource bounds (checkBounds): heap allocated per byte read, memo size, tree
+// values, and time linear in the input. An input that amplifies is a crasher.
 func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
 		"\x80\x04}\x8c\x08segments]s.",
@@ -27,28 +32,48 @@ func FuzzDecode(f *testing.F) {
 			f.Add(data)
 		}
 	}
+	for _, seed := range []string{ // the shapes of the resource-exhaustion report
+		"\x80\x04}\x8c\x08segments]s\x8c\x01x]" + strings.Repeat("2\x86", 24) + "s.",
+		"\x80\x04](\x8b\x00\x01\x00\x00" + strings.Repeat("\x7f", 256) + "\x94" + strings.Repeat("h\x00", 100) + "e.",
+		"\x80\x04" + strings.Repeat("]", 1000) + strings.Repeat("a", 999) + ".",
+		"\x80\x04N" + strings.Repeat("r\xff\x0f\x00\x00", 100) + ".",
+		"(lp0\nI01\naL12345678901234567890123L\naF0.5\naS'a\\n'\naV\\u00e9\naa.",
+	} {
+		f.Add([]byte(seed))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, err := Decode(context.Background(), bytes.NewReader(data), Options{MaxEvents: 3})
+		start := time.Now()
+		_, err, st, alloc := decodeMeasured(t, data, Options{MaxEvents: 3})
 		if err != nil {
 			if _, ok := err.(*Error); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
 			}
 		}
+		checkBounds(t, st, alloc)
+		if elapsed, limit := time.Since(start), 5*time.Second+time.Duration(len(data))*5*time.Microsecond; elapsed > limit {
+			t.Fatalf("%d bytes took %v (limit %v)", len(data), elapsed, limit)
+		}
 	})
 }
 
-// TestEventListsShareOneReservation: with a size hint, only the list being filled keeps spare
-// capacity; a finished device trace is trimmed when the next one starts.
-func TestEventListsShareOneReservation(t *testing.T) {
+// TestEventReservationFollowsBytesRead: an event list's capacity follows the bytes read so
+// far, never a size given from outside; a finished device trace is trimmed when the next one
+// starts, so only the list being filled keeps spare capacity.
+func TestEventReservationFollowsBytesRead(t *testing.T) {
 	event := "}(\x8c\x06action\x8c\x05alloc\x8c\x04size\x4b\x10u"
-	data := []byte("\x80\x04](" + "](" + event + "e" + "](" + event + event + "e" + "e.")
-	res, err := Decode(context.Background(), bytes.NewReader(data), Options{SizeHint: 64 << 20})
+	pad := "\x8e" + string(binary.LittleEndian.AppendUint64(nil, 8<<20)) + strings.Repeat("x", 8<<20) + "0" // 8 MiB read, then POPped
+	data := []byte("\x80\x04" + pad + "](" + "](" + event + "e" + "](" + strings.Repeat(event, 2000) + "e" + "e.")
+	res, err := Decode(context.Background(), bytes.NewReader(data), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lists := res.Root.([]any)
 	first, second := lists[0].(EventList), lists[1].(EventList)
-	if len(first.Events) != 1 || cap(first.Events) != 1 || len(second.Events) != 2 || cap(second.Events) < 1<<20 {
+	if len(first.Events) != 1 || cap(first.Events) != 1 || len(second.Events) != 2000 {
 		t.Fatalf("first %d/%d, second %d/%d", len(first.Events), cap(first.Events), len(second.Events), cap(second.Events))
+	}
+	// 8 MiB read when the second list started: room for four times the events 8 MiB could hold.
+	if c := cap(second.Events); c < 4*(8<<20)/minEventBytes || c > 4*(9<<20)/minEventBytes {
+		t.Fatalf("second list capacity %d, want about %d", c, 4*(8<<20)/minEventBytes)
 	}
 }

@@ -1,8 +1,8 @@
 package pickle
 
 import (
+	"encoding/binary"
 	"math"
-	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,6 +52,12 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 	for _, it := range items {
 		it = d.resolved(it)
 		if it.k == kDict {
+			if o := &d.objs[it.x]; o.shared && o.redKind == kNone {
+				// A dict that stays plain is scanned again at each reference.
+				if err := d.charge(at, int64(len(o.items))); err != nil {
+					return err
+				}
+			}
 			var red val
 			var ok bool
 			switch sig := d.signature(d.objs[it.x].items); sig {
@@ -74,11 +80,11 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 				if err != nil {
 					return err
 				}
+				lst = &d.objs[target.x]
 				if lst.ev == nil {
 					d.startEventList(lst)
 				}
-				lst.ev.events = append(lst.ev.events, ev)
-				d.bound(lst.ev)
+				d.appendEvent(lst.ev, ev)
 				pos := uint64(len(lst.ev.events) - 1)
 				if pos >= 1<<32 || target.x >= 1<<32 {
 					return d.fail(at, "too many trace events")
@@ -92,7 +98,12 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 			if it.k != kEvent {
 				return d.fail(at, "a list mixes trace events with other values")
 			}
-			lst.ev.events = append(lst.ev.events, d.eventAt(it))
+			// An event named again (a memo reference) is copied: charge the copy.
+			if err := d.charge(at, int64(unsafe.Sizeof(snapshot.Event{}))); err != nil {
+				return err
+			}
+			lst = &d.objs[target.x]
+			d.appendEvent(lst.ev, d.eventAt(it))
 			continue
 		}
 		if it.k == kEvent && len(lst.items) == 0 && len(lst.frames) == 0 {
@@ -110,9 +121,28 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 			}
 			lst.frames, lst.hashedN = lst.frames[:0], -1
 		}
+		if isContainer(it.k) {
+			if err := d.nest(at, target.x, it); err != nil {
+				return err
+			}
+		}
+		if len(lst.items) == cap(lst.items) {
+			lst.items = growItems(lst.items, 1)
+		}
 		lst.items = append(lst.items, it)
 	}
 	return nil
+}
+
+// growItems makes room for n more items, doubling: append's growth of large slices by a
+// quarter would allocate five times a long list's final size over its growth.
+func growItems(items []val, n int) []val {
+	if cap(items)-len(items) >= n {
+		return items
+	}
+	out := make([]val, len(items), max(2*cap(items), len(items)+n, 4))
+	copy(out, items)
+	return out
 }
 
 // minEventBytes is less than the smallest pickled trace event: EMPTY_DICT MEMOIZE MARK, four
@@ -128,23 +158,42 @@ func (d *decoder) startEventList(lst *object) {
 			prev.events = slices.Clone(prev.events)
 		}
 	}
-	lst.ev = &eventList{events: d.newEvents()}
+	lst.ev = &eventList{}
 	d.lastEvents = lst.ev
 }
 
-// newEvents returns an empty event list with room for as many events as the rest of the
-// input can hold, when its size is known (bounded by Options.MaxEvents).
-func (d *decoder) newEvents() []snapshot.Event {
-	n := (d.opt.SizeHint - d.offset()) / minEventBytes
-	if d.opt.MaxEvents > 0 {
-		n = min(n, 2*int64(d.opt.MaxEvents))
+// appendEvent adds an event to a trace list, growing it through growEvents.
+func (d *decoder) appendEvent(l *eventList, ev snapshot.Event) {
+	if len(l.events) == cap(l.events) {
+		d.growEvents(l)
 	}
-	if n <= 1024 {
-		return nil
+	l.events = append(l.events, ev)
+	d.bound(l)
+}
+
+// growEvents makes room in a full event list. The capacity follows the bytes read, never a
+// declared or stat'ed size: twice the events so far, or as many events as the input read so
+// far could hold, whichever is more, and no more than a MaxEvents bound needs. A new list
+// starts with room for four times that many, because a snapshot's traces follow its segments,
+// which are most often a small part of the file: the first list then usually never grows, and
+// no copy of millions of events (and their page faults) is made. Capacity never written
+// costs no resident memory; it is at most 7 bytes (56 * 4 / minEventBytes) per byte read.
+func (d *decoder) growEvents(l *eventList) {
+	n := len(l.events)
+	room := min(d.offset()/minEventBytes, math.MaxInt32/4)
+	if n == 0 {
+		room *= 4
 	}
-	evs := make([]snapshot.Event, 0, n)
-	adviseHuge(unsafe.Pointer(unsafe.SliceData(evs)), uintptr(n)*unsafe.Sizeof(snapshot.Event{}))
-	return evs
+	c := max(2*n, 1024, int(room))
+	if m := d.opt.MaxEvents; m > 0 {
+		c = max(min(c, 2*m), n+1)
+	}
+	evs := make([]snapshot.Event, n, c)
+	if size := uintptr(c) * unsafe.Sizeof(snapshot.Event{}); size >= 4<<20 {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(evs)), size)
+	}
+	copy(evs, l.events)
+	l.events = evs
 }
 
 // bound drops the oldest events of a list beyond Options.MaxEvents, amortised: the list is
@@ -178,19 +227,39 @@ func (d *decoder) setItems(at int64, target val, items []val) error {
 		return d.fail(at, "SETITEMS on a %s, not a dict", target.k)
 	}
 	dict := &d.objs[target.x]
-	dict.items = slices.Grow(dict.items, len(items))
+	dict.items = growItems(dict.items, len(items))
 	for i := 0; i+1 < len(items); i += 2 {
 		k, v := d.resolved(items[i]), d.resolved(items[i+1])
-		if v.k == kList && d.key(k) == keyFrames {
-			if st, ok := d.stackOf(v); ok {
-				d.reduceTo(v, st)
-				v = st
+		if isContainer(v.k) || isContainer(k.k) {
+			var err error
+			if v, err = d.setContainer(at, target.x, k, v); err != nil {
+				return err
 			}
 		}
 		o := &d.objs[target.x]
 		o.items = append(o.items, k, v)
 	}
 	return nil
+}
+
+// setContainer is setItems for a pair holding a container: a frames list becomes its stack
+// id; anything else nests in the dict (up to maxDepth).
+func (d *decoder) setContainer(at int64, dict uint64, k, v val) (val, error) {
+	if d.key(k) == keyFrames {
+		switch v.k {
+		case kList:
+			if st, ok := d.stackOf(v); ok {
+				d.reduceTo(v, st)
+				return st, nil
+			}
+		case kEmptyList:
+			return val{k: kStack, x: uint64(snapshot.EmptyStack)}, nil
+		}
+	}
+	if err := d.nest(at, dict, v); err != nil {
+		return v, err
+	}
+	return v, d.nest(at, dict, k)
 }
 
 // frameOf reduces a dict with filename, line and name (and optional FX keys) to a frame id.
@@ -323,6 +392,10 @@ func (d *decoder) blockOf(v val) (val, bool) {
 	}
 	if !haveFrames && history >= 0 {
 		h := items[history]
+		if h.k == kEmptyList {
+			b.Legacy = true
+			return val{k: kBlock, x: d.blocks.add(b)}, true
+		}
 		if h.k != kList {
 			return val{}, false
 		}
@@ -332,11 +405,17 @@ func (d *decoder) blockOf(v val) (val, bool) {
 			if first.k != kDict {
 				return val{}, false
 			}
-			for _, fr := range d.pairs(first) {
-				if d.key(fr[0]) == keyFrames {
-					switch fr[1].k {
+			// A history entry has three keys; a larger dict (which a shared history list
+			// would make this scan again for every block) is left to the loader.
+			fi := d.objs[first.x].items
+			if len(fi) > 32 {
+				return val{}, false
+			}
+			for i := 0; i+1 < len(fi); i += 2 {
+				if d.key(fi[i]) == keyFrames {
+					switch fi[i+1].k {
 					case kStack:
-						b.Stack = snapshot.StackID(fr[1].x)
+						b.Stack = snapshot.StackID(fi[i+1].x)
 					case kNone:
 						b.Stack = snapshot.EmptyStack
 					default:
@@ -347,16 +426,6 @@ func (d *decoder) blockOf(v val) (val, bool) {
 		}
 	}
 	return val{k: kBlock, x: d.blocks.add(b)}, true
-}
-
-// pairs returns a dict's key/value pairs.
-func (d *decoder) pairs(v val) [][2]val {
-	items := d.objs[v.x].items
-	out := make([][2]val, 0, len(items)/2)
-	for i := 0; i+1 < len(items); i += 2 {
-		out = append(out, [2]val{items[i], items[i+1]})
-	}
-	return out
 }
 
 // signature tells what a dict may be from one scan of its keys: keyFilename (a frame),
@@ -380,10 +449,19 @@ func (d *decoder) isEventDict(items []val) bool {
 	return false
 }
 
+// extraRef identifies an event's optional fields by the identity of their values: string
+// indexes and the forward_frames sequence id, each plus one (0: absent), and the pool id. Real
+// traces repeat a few memoized strings across millions of events; looking them up by
+// identity hashes a long shared string once, not once per event.
+type extraRef struct {
+	action, compile, user, category, internal, forward uint64
+	pool                                               snapshot.PoolID
+}
+
 // event converts an event dict's items to a typed event. Unknown keys are ignored.
 func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 	ev := snapshot.Event{Stack: snapshot.NoStack}
-	var extra snapshot.EventExtra
+	var ref extraRef
 	for i := 0; i+1 < len(items); i += 2 {
 		k, x := items[i], items[i+1]
 		if k.k != kStr {
@@ -394,7 +472,7 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 		case keyAction:
 			ev.Action = snapshot.ParseAction(d.str(x))
 			if ev.Action == snapshot.ActionOther {
-				extra.ActionName = d.str(x)
+				ref.action = strRef(x)
 			}
 		case keyAddr:
 			ev.Addr, err = d.uintField(at, "addr", x)
@@ -415,52 +493,131 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 				return ev, d.fail(at, "trace event frames is a %s, not a list of frames", x.k)
 			}
 		case keyCompileContext:
-			if x.k == kStr {
-				extra.CompileContext = d.strs[x.x]
-			}
+			ref.compile = strRef(x)
 		case keyUserMetadata:
-			if x.k == kStr {
-				extra.UserMetadata = d.strs[x.x]
-			}
+			ref.user = strRef(x)
 		case keyCategory:
-			if x.k == kStr {
-				extra.Category = d.strs[x.x]
-			}
+			ref.category = strRef(x)
 		case keyInternalMetadata:
-			if x.k == kStr {
-				extra.InternalMetadata = d.strs[x.x]
-			}
+			ref.internal = strRef(x)
 		case keyPoolID:
+			ref.pool = snapshot.PoolID{}
 			if x.k == kTuple || x.k == kList {
 				if items := d.objs[x.x].items; len(items) == 2 && items[0].k == kInt && items[1].k == kInt {
-					extra.PoolID = snapshot.PoolID{int64(items[0].x), int64(items[1].x)}
+					ref.pool = snapshot.PoolID{int64(items[0].x), int64(items[1].x)}
 				}
 			}
 		case keyForwardFrames:
+			ref.forward = 0
 			if x.k == kList {
-				var lines []string
-				for _, it := range d.objs[x.x].items {
-					if it.k == kStr {
-						lines = append(lines, d.strs[it.x])
-					}
-				}
-				extra.ForwardFrames = strings.Join(lines, "\n")
+				ref.forward, err = d.forwardFrames(at, d.objs[x.x].items)
 			}
 		}
 		if err != nil {
 			return ev, err
 		}
 	}
-	if extra != (snapshot.EventExtra{}) {
-		id, ok := d.extraID[extra]
+	if ref != (extraRef{}) {
+		id, ok := d.extraByRef[ref]
 		if !ok {
-			id = uint32(len(d.extras))
-			d.extras = append(d.extras, extra)
-			d.extraID[extra] = id
+			var err error
+			if id, err = d.extraOf(at, ref); err != nil {
+				return ev, err
+			}
 		}
 		ev.Extra = id
 	}
 	return ev, nil
+}
+
+// strRef is a string's identity in an extraRef: its index plus one (0 for anything else).
+func strRef(x val) uint64 {
+	if x.k == kStr {
+		return x.x + 1
+	}
+	return 0
+}
+
+// extraOf finds (or adds) the extra an identity key stands for, by content.
+func (d *decoder) extraOf(at int64, ref extraRef) (uint32, error) {
+	str := func(r uint64) string {
+		if r == 0 {
+			return ""
+		}
+		return d.strs[r-1]
+	}
+	extra := snapshot.EventExtra{
+		ActionName: str(ref.action), CompileContext: str(ref.compile), UserMetadata: str(ref.user),
+		Category: str(ref.category), InternalMetadata: str(ref.internal), PoolID: ref.pool,
+	}
+	if ref.forward != 0 {
+		extra.ForwardFrames = d.fwdLines[ref.forward-1]
+	}
+	// Each new combination hashes its strings once: charge them, so that combining a few long
+	// strings in many ways cannot multiply the work.
+	if err := d.charge(at, int64(len(extra.ActionName)+len(extra.CompileContext)+len(extra.UserMetadata)+
+		len(extra.Category)+len(extra.InternalMetadata)+len(extra.ForwardFrames))); err != nil {
+		return 0, err
+	}
+	id, ok := d.extraID[extra]
+	if !ok {
+		id = uint32(len(d.extras))
+		d.extras = append(d.extras, extra)
+		d.extraID[extra] = id
+	}
+	if d.extraByRef == nil {
+		d.extraByRef = map[extraRef]uint32{}
+	}
+	d.extraByRef[ref] = id
+	return id, nil
+}
+
+// forwardFrames interns a forward_frames list (its string items joined by newlines) by the
+// identities of its strings, and returns its id plus one (0 for no lines).
+func (d *decoder) forwardFrames(at int64, items []val) (uint64, error) {
+	if err := d.charge(at, int64(len(items))); err != nil {
+		return 0, err
+	}
+	key := d.keyBuf[:0]
+	for _, it := range items {
+		if it.k == kStr {
+			key = binary.LittleEndian.AppendUint64(key, it.x)
+		}
+	}
+	d.keyBuf = key
+	if len(key) == 0 {
+		return 0, nil
+	}
+	if id, ok := d.fwdSeq[string(key)]; ok {
+		return uint64(id) + 1, nil
+	}
+	lines := make([]string, 0, len(key)/8)
+	for _, it := range items {
+		if it.k == kStr {
+			lines = append(lines, d.strs[it.x])
+		}
+	}
+	joined := strings.Join(lines, "\n")
+	if err := d.charge(at, int64(len(joined))); err != nil {
+		return 0, err
+	}
+	if d.fwdSeq == nil {
+		d.fwdSeq = map[string]uint32{}
+	}
+	d.fwdSeq[string(key)] = uint32(len(d.fwdLines))
+	d.fwdLines = append(d.fwdLines, joined)
+	return uint64(len(d.fwdLines)), nil
+}
+
+// charge counts work done on values reached through shared references (strings joined or
+// hashed, dicts scanned again) and refuses the input once it exceeds what its size can
+// justify: 16 bytes per byte read plus 64 MiB, far above any real snapshot's.
+func (d *decoder) charge(at int64, n int64) error {
+	d.produced += n
+	if d.produced > 16*d.offset()+64<<20 {
+		return d.failLimit(at, "shared references repeat %d bytes of values from %d bytes of pickle: no snapshot does this", d.produced, d.offset())
+	}
+	return nil
 }
 
 func (d *decoder) intField(at int64, name string, x val) (int64, error) {
@@ -499,11 +656,11 @@ func (k kind) String() string {
 		return "str"
 	case kBytes:
 		return "bytes"
-	case kList:
+	case kList, kEmptyList:
 		return "list"
-	case kTuple:
+	case kTuple, kEmptyTuple:
 		return "tuple"
-	case kDict:
+	case kDict, kEmptyDict:
 		return "dict"
 	case kStack:
 		return "frames list"
@@ -519,7 +676,21 @@ func (k kind) String() string {
 	return "mark"
 }
 
-// toTree converts the final value to the plain tree the loader reads.
+// Every empty container that has no object converts to one shared value (the tree is
+// read-only: shared containers are returned by reference anyway).
+var (
+	emptyList any = []any{}
+	emptyDict any = map[string]any{}
+)
+
+// building marks a shared container whose conversion is under way: meeting it again means
+// the value contains itself.
+var building = new(byte)
+
+// toTree converts the final value to the plain tree the loader reads. A container referenced
+// from several places (memo, DUP, a tuple) is converted once and the same Go value is returned
+// for every reference, so the tree is a DAG no larger than the pickle, however the references
+// fan out; so are frames, blocks, events and big integers. Values counts what it produced.
 func (d *decoder) toTree(v val, depth int) (any, error) {
 	if depth > maxDepth {
 		return nil, d.fail(d.offset(), "values nested more than %d deep", maxDepth)
@@ -530,36 +701,102 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 	case kBool:
 		return v.x != 0, nil
 	case kInt:
+		d.values++
 		return int64(v.x), nil
 	case kUint:
+		d.values++
 		return v.x, nil
 	case kBig:
-		b, _ := new(big.Int).SetString(d.strs[v.x], 10)
-		return b, nil
+		d.values++
+		return d.bigs[v.x], nil // shared by every reference; the loader only reads it
 	case kFloat:
+		d.values++
 		return math.Float64frombits(v.x), nil
 	case kStr, kBytes:
+		d.values++
 		return d.strs[v.x], nil
 	case kStack:
+		d.values++
 		return snapshot.StackID(v.x), nil
-	case kFrame:
-		f := d.in.Frames[v.x]
-		return map[string]any{"filename": f.Filename, "line": f.Line, "name": f.Name}, nil
-	case kEvent:
-		return d.eventAt(v), nil
+	case kEmptyList, kEmptyTuple:
+		d.values++
+		return emptyList, nil
+	case kEmptyDict:
+		d.values++
+		return emptyDict, nil
 	case kBlock:
-		return d.blocks.at(v.x), nil
-	case kList, kTuple:
+		// Blocks are many and nearly always named once: a slice, not a map, converts each
+		// once even when a shared block dict is named again.
+		if d.blockTree == nil {
+			d.blockTree = make([]any, d.blocks.n)
+		}
+		if t := d.blockTree[v.x]; t != nil {
+			return t, nil
+		}
+		d.values++
+		t := any(d.blocks.at(v.x))
+		d.blockTree[v.x] = t
+		return t, nil
+	case kFrame, kEvent:
+		if t, ok := d.leafCache[v]; ok {
+			return t, nil
+		}
+		d.values++
+		var t any
+		switch v.k {
+		case kFrame:
+			f := d.in.Frames[v.x]
+			t = map[string]any{"filename": f.Filename, "line": f.Line, "name": f.Name}
+		default:
+			t = d.eventAt(v)
+		}
+		if d.leafCache == nil {
+			d.leafCache = map[val]any{}
+		}
+		d.leafCache[v] = t
+		return t, nil
+	case kList, kTuple, kDict:
 		o := &d.objs[v.x]
 		if o.redKind != kNone {
 			return d.toTree(d.resolved(v), depth)
 		}
+		if !o.shared {
+			return d.containerTree(v, depth)
+		}
+		if t, ok := d.treeCache[v.x]; ok {
+			if p, _ := t.(*byte); p == building {
+				return nil, d.fail(d.offset(), "a %s contains itself: a snapshot holds no cycles", v.k)
+			}
+			return t, nil
+		}
+		if d.treeCache == nil {
+			d.treeCache = map[uint64]any{}
+		}
+		d.treeCache[v.x] = building
+		t, err := d.containerTree(v, depth)
+		if err != nil {
+			return nil, err
+		}
+		d.treeCache[v.x] = t
+		return t, nil
+	case kGlobal:
+		return nil, d.fail(d.offset(), "a restore_type_tag global left uncalled in the data")
+	}
+	return nil, d.fail(d.offset(), "invalid value")
+}
+
+// containerTree converts one list, tuple or dict object.
+func (d *decoder) containerTree(v val, depth int) (any, error) {
+	d.values++
+	o := &d.objs[v.x]
+	if v.k != kDict {
 		if o.ev != nil {
 			evs, dropped := o.ev.events, o.ev.dropped
 			if n := d.opt.MaxEvents; n > 0 && len(evs) > n {
 				dropped += int64(len(evs) - n)
 				evs = append([]snapshot.Event(nil), evs[len(evs)-n:]...)
 			}
+			d.values += int64(len(evs))
 			return EventList{Events: evs, Dropped: dropped}, nil
 		}
 		items := o.items
@@ -577,34 +814,27 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 			out[i] = t
 		}
 		return out, nil
-	case kDict:
-		o := &d.objs[v.x]
-		if o.redKind != kNone {
-			return d.toTree(d.resolved(v), depth)
-		}
-		out := make(map[string]any, len(o.items)/2)
-		for i := 0; i+1 < len(o.items); i += 2 {
-			k := o.items[i]
-			var key string
-			switch k.k {
-			case kStr:
-				key = d.strs[k.x]
-			case kInt:
-				key = strconv.FormatInt(int64(k.x), 10)
-			default:
-				return nil, d.fail(d.offset(), "dict key is a %s; a snapshot has string keys", k.k)
-			}
-			t, err := d.toTree(o.items[i+1], depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out[key] = t // the last duplicate wins, as in Python
-		}
-		return out, nil
-	case kGlobal:
-		return nil, d.fail(d.offset(), "a restore_type_tag global left uncalled in the data")
 	}
-	return nil, d.fail(d.offset(), "invalid value")
+	items := o.items
+	out := make(map[string]any, len(items)/2)
+	for i := 0; i+1 < len(items); i += 2 {
+		k := items[i]
+		var key string
+		switch k.k {
+		case kStr:
+			key = d.strs[k.x]
+		case kInt:
+			key = strconv.FormatInt(int64(k.x), 10)
+		default:
+			return nil, d.fail(d.offset(), "dict key is a %s; a snapshot has string keys", k.k)
+		}
+		t, err := d.toTree(items[i+1], depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out[key] = t // the last duplicate wins, as in Python
+	}
+	return out, nil
 }
 
 // blockStore keeps typed blocks in fixed chunks: a growing slice of a hundred thousand blocks
