@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -24,26 +21,8 @@ type RankLayout struct {
 	Evidence string
 }
 
-// rankInName matches a rank in a file name: rank5, rank_5, rank-5 anywhere, or r5 between
-// separators (job-r5-oom.pickle, snap_r5.pkl).
-var rankInName = regexp.MustCompile(`(?i)rank[_-]?(\d+)|(?:^|[^a-z0-9])r(\d+)(?:[^a-z0-9]|$)`)
-
 // RankFromName returns the rank a file name carries, or -1.
-func RankFromName(name string) int {
-	m := rankInName.FindStringSubmatch(name)
-	if m == nil {
-		return -1
-	}
-	digits := m[1]
-	if digits == "" {
-		digits = m[2]
-	}
-	n, err := strconv.Atoi(digits)
-	if err != nil {
-		return -1
-	}
-	return n
-}
+func RankFromName(name string) int { return snapshot.RankFromName(name) }
 
 // rankClockSlack is how far apart in time the traces of one job's ranks may end and begin.
 const rankClockSlack = time.Minute
@@ -54,7 +33,7 @@ const rankClockSlack = time.Minute
 // so: every trace overlaps the others in time, the files share their format and allocator
 // settings (one PyTorch, one PYTORCH_CUDA_ALLOC_CONF), and each file holds its own devices (one
 // process per GPU). Anything else is a directory of unrelated snapshots.
-func ClassifyRanks(ranks []load.Rank) RankLayout {
+func ClassifyRanks(ranks []snapshot.Rank) RankLayout {
 	if len(ranks) < 2 {
 		return RankLayout{Job: true, Evidence: "a single file"}
 	}
@@ -79,7 +58,7 @@ func ClassifyRanks(ranks []load.Rank) RankLayout {
 }
 
 // notOneJob returns why the files cannot be the ranks of one job, or "" when they can.
-func notOneJob(ranks []load.Rank, names []string) string {
+func notOneJob(ranks []snapshot.Rank, names []string) string {
 	var latestFirst, earliestLast int64
 	devOwner := map[int]string{}
 	for i, r := range ranks {
@@ -152,14 +131,14 @@ func listNames(names []string) string {
 // the names, with a first note on the evidence when the names did not decide. Otherwise each
 // file is summarized on its own: one entry per file in ranks (numbered by sorted position),
 // no comparison between files, and a first note that says so.
-func SummarizeDir(ctx context.Context, dir string, ranks []load.Rank, opt SummaryOptions) (*Summary, error) {
+func SummarizeDir(ctx context.Context, dir string, ranks []snapshot.Rank, opt SummaryOptions) (*Summary, error) {
 	layout := ClassifyRanks(ranks)
 	if layout.Job && layout.ByName {
 		ranks = slices.Clone(ranks)
 		for i := range ranks {
 			ranks[i].Rank = RankFromName(filepath.Base(ranks[i].File))
 		}
-		slices.SortStableFunc(ranks, func(a, b load.Rank) int { return a.Rank - b.Rank })
+		slices.SortStableFunc(ranks, func(a, b snapshot.Rank) int { return a.Rank - b.Rank })
 	}
 	s, err := SummarizeRanks(ctx, dir, ranks, opt)
 	if err != nil {

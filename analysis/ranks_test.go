@@ -38,28 +38,30 @@ func timed(path string, devices []int, times ...int64) *snapshot.Snapshot {
 }
 
 func TestClassifyRanks(t *testing.T) {
-	rank := func(name string, s *snapshot.Snapshot) load.Rank { return load.Rank{File: "/d/" + name, Snap: s} }
+	rank := func(name string, s *snapshot.Snapshot) snapshot.Rank {
+		return snapshot.Rank{File: "/d/" + name, Snap: s}
+	}
 	const t0 = int64(1_717_000_000_000_000)
 	for _, tc := range []struct {
 		name   string
-		ranks  []load.Rank
+		ranks  []snapshot.Rank
 		job    bool
 		byName bool
 		why    string
 	}{
-		{"named", []load.Rank{rank("rank0.pickle", timed("a", []int{0}, t0)), rank("rank1.pickle", timed("b", []int{0}, t0+1e12))},
+		{"named", []snapshot.Rank{rank("rank0.pickle", timed("a", []int{0}, t0)), rank("rank1.pickle", timed("b", []int{0}, t0+1e12))},
 			true, true, "every file name carries its rank (rank0.pickle, rank1.pickle)"},
-		{"named -rN-", []load.Rank{rank("job-r0-x.pickle", nil), rank("job-r1-x.pickle", nil)}, true, true, "every file name carries its rank"},
-		{"one file", []load.Rank{rank("a.pickle", nil)}, true, false, "a single file"},
-		{"same rank twice", []load.Rank{rank("rank0_step1.pickle", timed("a", []int{0}, t0)), rank("rank0_step2.pickle", timed("b", []int{0}, t0))},
+		{"named -rN-", []snapshot.Rank{rank("job-r0-x.pickle", nil), rank("job-r1-x.pickle", nil)}, true, true, "every file name carries its rank"},
+		{"one file", []snapshot.Rank{rank("a.pickle", nil)}, true, false, "a single file"},
+		{"same rank twice", []snapshot.Rank{rank("rank0_step1.pickle", timed("a", []int{0}, t0)), rank("rank0_step2.pickle", timed("b", []int{0}, t0))},
 			false, false, "both hold device 0"},
-		{"one job by evidence", []load.Rank{rank("a.pickle", timed("a", []int{0}, t0, t0+5e6)), rank("b.pickle", timed("b", []int{1}, t0+1e6, t0+9e6))},
+		{"one job by evidence", []snapshot.Rank{rank("a.pickle", timed("a", []int{0}, t0, t0+5e6)), rank("b.pickle", timed("b", []int{1}, t0+1e6, t0+9e6))},
 			true, false, "their traces overlap in time, they share the format and allocator settings, and each holds its own devices"},
-		{"same device", []load.Rank{rank("a.pickle", timed("a", []int{0}, t0, t0+5e6)), rank("b.pickle", timed("b", []int{0}, t0+1e6, t0+9e6))},
+		{"same device", []snapshot.Rank{rank("a.pickle", timed("a", []int{0}, t0, t0+5e6)), rank("b.pickle", timed("b", []int{0}, t0+1e6, t0+9e6))},
 			false, false, "a.pickle and b.pickle both hold device 0"},
-		{"apart in time", []load.Rank{rank("a.pickle", timed("a", []int{0}, t0, t0+5e6)), rank("b.pickle", timed("b", []int{1}, t0+3600e6))},
+		{"apart in time", []snapshot.Rank{rank("a.pickle", timed("a", []int{0}, t0, t0+5e6)), rank("b.pickle", timed("b", []int{1}, t0+3600e6))},
 			false, false, "their traces do not overlap in time (one ends 59m55s before another starts)"},
-		{"no trace", []load.Rank{rank("a.pickle", timed("a", []int{0}, t0)), rank("b.pickle", timed("b", []int{1}))},
+		{"no trace", []snapshot.Rank{rank("a.pickle", timed("a", []int{0}, t0)), rank("b.pickle", timed("b", []int{1}))},
 			false, false, "b.pickle has no timed trace"},
 	} {
 		got := ClassifyRanks(tc.ranks)

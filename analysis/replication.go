@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -85,7 +84,7 @@ func frameHas(f snapshot.Frame, markers []string) bool {
 }
 
 // rankModelState reads one rank's final state.
-func rankModelState(ctx context.Context, r load.Rank, a *Attributor) (RankModelState, error) {
+func rankModelState(ctx context.Context, r snapshot.Rank, a *Attributor) (RankModelState, error) {
 	st := RankModelState{Rank: r.Rank, File: r.File}
 	snap := r.Snap
 	if snap == nil {
@@ -157,7 +156,7 @@ func equalish(v []int64) bool {
 // state) and no file shows an FSDP / ZeRO / DeepSpeed frame, the run replicates the model
 // (DistributedDataParallel style); when that model state is at least half of the memory it
 // recommends sharding, with the saving per rank: (N-1)/N of the sharded bytes for N ranks.
-func Replication(ctx context.Context, ranks []load.Rank, opt ReplicationOptions) (*ReplicationResult, error) {
+func Replication(ctx context.Context, ranks []snapshot.Rank, opt ReplicationOptions) (*ReplicationResult, error) {
 	a, err := NewAttributor(opt.Attribution)
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
@@ -291,7 +290,7 @@ func (r *ReplicationResult) Text() string {
 
 // ReplicationNotes is Replication reduced to notes for a summary: the verdict's evidence and
 // recommendation for a replicated or sharded run, nothing otherwise.
-func ReplicationNotes(ctx context.Context, ranks []load.Rank, opt ReplicationOptions) ([]string, error) {
+func ReplicationNotes(ctx context.Context, ranks []snapshot.Rank, opt ReplicationOptions) ([]string, error) {
 	r, err := Replication(ctx, ranks, opt)
 	if err != nil {
 		return nil, err

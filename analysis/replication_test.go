@@ -6,15 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/sim"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
-func asRanks(snaps []*snapshot.Snapshot) []load.Rank {
-	out := make([]load.Rank, len(snaps))
+func asRanks(snaps []*snapshot.Snapshot) []snapshot.Rank {
+	out := make([]snapshot.Rank, len(snaps))
 	for i, s := range snaps {
-		out[i] = load.Rank{Rank: i, File: fmt.Sprintf("rank%d.pickle", i), Snap: s}
+		out[i] = snapshot.Rank{Rank: i, File: fmt.Sprintf("rank%d.pickle", i), Snap: s}
 	}
 	return out
 }
@@ -124,7 +123,7 @@ func TestReplicationOthers(t *testing.T) {
 		!strings.Contains(r.Recommendation, "other memory (activations, buffers) dominates") {
 		t.Errorf("dominated by other memory: %v %s", err, r.Text())
 	}
-	if _, err := Replication(context.Background(), []load.Rank{{Rank: 0}, {Rank: 1}}, ReplicationOptions{}); err == nil {
+	if _, err := Replication(context.Background(), []snapshot.Rank{{Rank: 0}, {Rank: 1}}, ReplicationOptions{}); err == nil {
 		t.Error("nil snapshots: no error")
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -295,11 +294,11 @@ func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
 
 // SummarizeRanks summarises a directory of rank snapshots: devices of every rank, each rank's
 // totals, totals summed over ranks, and a note on a rank far from the others.
-func SummarizeRanks(ctx context.Context, dir string, ranks []load.Rank, opt SummaryOptions) (*Summary, error) {
+func SummarizeRanks(ctx context.Context, dir string, ranks []snapshot.Rank, opt SummaryOptions) (*Summary, error) {
 	out := &Summary{Path: dir, Devices: []DeviceSummary{}, Ranks: []RankSummary{}, Notes: []string{}}
 	var caps []snapshot.Capabilities
 	if opt.Device != nil { // ranks usually sit on different devices: keep those that have it
-		var keep []load.Rank
+		var keep []snapshot.Rank
 		for _, r := range ranks {
 			if slices.Contains(r.Snap.Devices(), *opt.Device) {
 				keep = append(keep, r)

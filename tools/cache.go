@@ -20,7 +20,7 @@ import (
 type LoadFunc func(ctx context.Context, path string, opt load.Options) (*snapshot.Snapshot, error)
 
 // DirLoadFunc loads a directory of per-rank snapshots; load.Dir by default.
-type DirLoadFunc func(ctx context.Context, dir string, opt load.Options) ([]load.Rank, error)
+type DirLoadFunc func(ctx context.Context, dir string, opt load.Options) ([]snapshot.Rank, error)
 
 // Cache holds loaded snapshots keyed by path, size and modification time, and directories of
 // rank snapshots keyed by path and every file's name, size and modification time, within a
@@ -57,7 +57,7 @@ type cacheKey struct {
 // loaded is what one cache entry holds: a snapshot, or the ranks of a directory.
 type loaded struct {
 	snap  *snapshot.Snapshot
-	ranks []load.Rank
+	ranks []snapshot.Rank
 }
 
 func (l loaded) empty() bool { return l.snap == nil && l.ranks == nil }
@@ -251,7 +251,7 @@ func (c *Cache) get(ctx context.Context, path string, progress func(done, total 
 // getDir returns the ranks of a directory of per-rank snapshots, loaded at most once while no
 // file in it changes (the key holds every regular file's name, size and modification time),
 // and the version of the directory served.
-func (c *Cache) getDir(ctx context.Context, dir string) ([]load.Rank, string, error) {
+func (c *Cache) getDir(ctx context.Context, dir string) ([]snapshot.Rank, string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		// Let the loader phrase the error.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // countingDirLoader counts directory loads per directory.
@@ -18,7 +19,7 @@ type countingDirLoader struct {
 	loads map[string]int
 }
 
-func (d *countingDirLoader) load(ctx context.Context, dir string, opt load.Options) ([]load.Rank, error) {
+func (d *countingDirLoader) load(ctx context.Context, dir string, opt load.Options) ([]snapshot.Rank, error) {
 	d.mu.Lock()
 	d.loads[dir]++
 	d.mu.Unlock()

@@ -15,9 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -416,17 +414,12 @@ func emptyIfNil(l []any) []any {
 	return l
 }
 
-// Rank is one rank's snapshot from a directory.
-type Rank struct {
-	Rank int
-	File string
-	Snap *snapshot.Snapshot
-}
-
-var rankInName = regexp.MustCompile(`(?i)rank[_-]?(\d+)`)
+// Rank is one rank's snapshot from a directory (see snapshot.Rank).
+type Rank = snapshot.Rank
 
 // Dir loads every regular file of a directory as one rank's snapshot, in parallel. The rank
-// comes from the file name (rank5.pickle, snapshot_rank_5.pkl) or else its sorted position.
+// comes from the file name (rank5.pickle, snapshot_rank_5.pkl, job-r5-oom.pickle) or else its
+// sorted position.
 // Hidden files and README-like text files are skipped.
 func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 	entries, err := os.ReadDir(dir)
@@ -453,8 +446,7 @@ func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 	allNamed := true
 	for i, name := range files {
 		ranks[i] = Rank{Rank: i, File: filepath.Join(dir, name)}
-		if m := rankInName.FindStringSubmatch(name); m != nil {
-			n, _ := strconv.Atoi(m[1])
+		if n := snapshot.RankFromName(name); n >= 0 {
 			ranks[i].Rank = n
 		} else {
 			allNamed = false

@@ -26,7 +26,7 @@ func TestEvalCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("eval: %v\n%s", err, out)
 	}
-	for _, want := range []string{"PASS    diff-growing-container  diff", "1 passed, 0 failed, 0 skipped, 1 cases\n"} {
+	for _, want := range []string{"PASS    diff-growing-container  diff", "1 passed, 0 failed, 0 skipped, 1 case\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
