@@ -379,7 +379,7 @@ func rankOutliers(ranks []RankSummary) []string {
 func (s *Summary) Text() string {
 	var b strings.Builder
 	enc := s.Format.Encoding
-	if s.Format.Protocol > 0 {
+	if s.Format.Encoding == "pickle" {
 		enc += fmt.Sprintf(" protocol %d", s.Format.Protocol)
 	}
 	if s.Format.Gzip {

@@ -6,7 +6,7 @@ package tools
 var fieldDocs = map[string]string{
 	// snapshot.Format
 	"Format.Encoding":      "pickle or json",
-	"Format.Protocol":      "Pickle protocol (2 to 5); absent for JSON",
+	"Format.Protocol":      "Pickle protocol (0 to 5); absent for JSON and for protocol 0",
 	"Format.Gzip":          "The file was gzip-compressed",
 	"Format.TopLevelList":  "Oldest form: the file is a bare list of segments",
 	"Format.LegacyHistory": "PyTorch 2.0 form: blocks carry a history list and no address",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 	"github.com/memsnap/memsnap/tools"
@@ -70,14 +71,44 @@ func register(c func() *cobra.Command) { commands = append(commands, c) }
 
 // loadOptions are the flags every command that reads snapshots shares.
 type loadOptions struct {
-	maxTraceEvents int
+	maxTraceEvents  int
+	maxDecompressed decompressedFlag
 }
 
 func (o *loadOptions) addFlags(c *cobra.Command) {
 	c.Flags().IntVar(&o.maxTraceEvents, "max-trace-events", 0, "keep only the newest N trace events per device (bounds memory; 0 = keep all)")
+	c.Flags().Var(&o.maxDecompressed, "max-decompressed", "largest size a .gz snapshot may decompress to, e.g. 8GiB (-1 = no limit; default 4GiB)")
 }
 
-func (o *loadOptions) options() load.Options { return load.Options{MaxTraceEvents: o.maxTraceEvents} }
+func (o *loadOptions) options() load.Options {
+	return load.Options{MaxTraceEvents: o.maxTraceEvents, MaxDecompressed: o.maxDecompressed.bytes}
+}
+
+// decompressedFlag is --max-decompressed: a size (8GiB, 512MiB, bytes) or -1 for no limit.
+type decompressedFlag struct{ bytes int64 }
+
+func (f *decompressedFlag) String() string {
+	if f.bytes == 0 {
+		return ""
+	}
+	return fmt.Sprint(f.bytes)
+}
+func (f *decompressedFlag) Type() string { return "SIZE" }
+func (f *decompressedFlag) Set(s string) error {
+	if strings.TrimSpace(s) == "-1" {
+		f.bytes = -1
+		return nil
+	}
+	b, err := analysis.ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	if b == 0 {
+		return fmt.Errorf("use -1 for no limit, or a size above 0")
+	}
+	f.bytes = b
+	return nil
+}
 
 // loadSnapshot loads one snapshot file ("-" = standard input).
 func loadSnapshot(ctx context.Context, path string, o loadOptions) (*snapshot.Snapshot, error) {

@@ -222,3 +222,19 @@ func TestNegativeFlagsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxDecompressedFlag(t *testing.T) {
+	gz := scenarios + "/summarize_basic.pickle.gz"
+	_, err := run(t, "summarize", gz, "--max-decompressed", "1KiB")
+	if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "decompresses to more than 1 KiB, the limit for gzip input (raise it with --max-decompressed BYTES, or -1 for none)") {
+		t.Fatalf("1 KiB limit: %v", err)
+	}
+	for _, v := range []string{"-1", "1GiB"} {
+		if out, err := run(t, "summarize", gz, "--max-decompressed", v); err != nil || !strings.Contains(out, "allocated 80.8 MiB") {
+			t.Fatalf("--max-decompressed %s: %v\n%s", v, err, out)
+		}
+	}
+	if _, err := run(t, "summarize", gz, "--max-decompressed", "0"); err == nil || !strings.Contains(err.Error(), "use -1 for no limit") {
+		t.Fatalf("0: %v", err)
+	}
+}
