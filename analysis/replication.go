@@ -175,13 +175,12 @@ func Replication(ctx context.Context, ranks []snapshot.Rank, opt ReplicationOpti
 		r.Evidence = "fewer than two rank snapshots: replication across ranks cannot be judged"
 		return r, nil
 	}
-	var params, grads, opts, alloc []int64
+	var params, grads, opts []int64
 	noStacks := 0
 	for _, st := range r.PerRank {
 		params = append(params, st.ParameterBytes)
 		grads = append(grads, st.GradientBytes)
 		opts = append(opts, st.OptimizerStateBytes)
-		alloc = append(alloc, st.AllocatedBytes)
 		if !st.HasStacks {
 			noStacks++
 		}

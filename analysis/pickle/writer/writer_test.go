@@ -175,7 +175,7 @@ func TestValueMatchesCPythonBytes(t *testing.T) {
 		{"scalars", &List{Items: []any{nil, true, false, 0, 1, 255, 256, 65535, 65536, -1, -128, -129,
 			int64(math.MaxInt32), int64(math.MaxInt32) + 1, int64(math.MinInt32), int64(math.MinInt32) - 1,
 			int64(math.MaxInt64), int64(math.MinInt64), uint64(math.MaxUint64), uint64(1) << 63,
-			two64, neg, 1.5, -0.0, 1e300, math.Inf(1)}}},
+			two64, neg, 1.5, math.Copysign(0, -1), 1e300, math.Inf(1)}}},
 		{"strings", &List{Items: []any{"", "a", "é", "ab", "ab", "h\u00e9llo \u2713 \U0001F600", strings.Repeat("x", 255), strings.Repeat("y", 256), Interned("key"), Interned("key")}}},
 		{"single", "just a string"},
 		{"huge int", huge},
