@@ -97,6 +97,9 @@ type OOMEvent struct {
 	Verdict       string   `json:"verdict"`
 	Explanation   string   `json:"explanation"`
 	Fixes         []string `json:"fixes"`
+	// ExpandableWhatIf: the trace replayed with expandable segments at this OOM (whatif.go);
+	// absent when the file already uses them or has no trace to replay.
+	ExpandableWhatIf *OOMWhatIf `json:"expandable_what_if,omitempty" jsonschema:"description=The trace replayed through the allocator model with expandable_segments:True at the capacity of the first OOM: whether this request would have been served\\, with the headroom (by replay\\, not by rule of thumb); absent when the file already uses expandable segments"`
 }
 
 // OOMResult lists every oom event of a file.
@@ -382,6 +385,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 			continue
 		}
 		expandable := usesExpandable(snap, dev)
+		whatIfs := expandableWhatIf(ctx, snap, dev)
 		var e *engine
 		for _, idx := range ooms {
 			ev := evs[idx]
@@ -429,6 +433,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 			o.Workload, _ = roles.Workload(dev)
 			o.HasBackward = roles.HasBackward(dev)
 			judge(&o, opt, fs, roles, snap)
+			applyOOMWhatIf(&o, whatIfs[idx])
 			r.OOMs = append(r.OOMs, o)
 		}
 	}
@@ -684,11 +689,11 @@ func (r *OOMResult) Text() string {
 			fmt.Fprintf(&b, "largest free block for this request %s (any pool %s)\n", FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes))
 		}
 		if o.Unwound {
-			fmt.Fprintf(&b, "  the file was written after the OOM: its final state is after the exception unwound the pass (%d blocks, %s freed after the OOM event); the live sites below come from replaying the trace up to the OOM event\n",
-				o.UnwoundBlocks, FormatBytes(o.UnwoundBytes))
+			fmt.Fprintf(&b, "  the file was written after the OOM: its final state is after the exception unwound the pass (%s, %s freed after the OOM event); the live sites below come from replaying the trace up to the OOM event\n",
+				count(o.UnwoundBlocks, "block"), FormatBytes(o.UnwoundBytes))
 		}
 		for _, s := range o.LiveSites {
-			fmt.Fprintf(&b, "    %9s %5d blocks  %s [%s]\n", FormatBytes(s.Bytes), s.Blocks, s.Site, s.Category)
+			fmt.Fprintf(&b, "    %9s %5d %s  %s [%s]\n", FormatBytes(s.Bytes), s.Blocks, blocksCol(s.Blocks), s.Site, s.Category)
 		}
 		fmt.Fprintf(&b, "  verdict: %s: %s\n", o.Verdict, o.Explanation)
 		for _, f := range o.Fixes {

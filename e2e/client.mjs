@@ -61,7 +61,7 @@ async function main() {
   // 1. tools/list: names, schemas, annotations.
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
-  const want = ["diff", "fragmentation", "oom-report", "read-raw-section", "replay", "summarize", "top-stacks"];
+  const want = ["check", "diff", "fragmentation", "oom-report", "read-raw-section", "replay", "summarize", "timeline", "top-stacks"];
   check(want.every((n) => byName[n]), "tool names: " + Object.keys(byName).sort());
   for (const t of tools) {
     check(t.inputSchema?.type === "object" && t.outputSchema?.type === "object", `${t.name}: object schemas`);
@@ -92,6 +92,10 @@ async function main() {
       (s) => s.kind === "segments" && s.total === 31 && s.returned === 5 && s.more === true && s.next_offset === 5],
     ["read-raw-section", { path: fx("activation_oom.pickle"), section: "device_traces[0][76]" },
       (s) => s.events.length === 1 && s.events[0].action === "oom" && s.stacks.length === 1],
+    // check: the no-growth fixture peaks at 111,675,416 B (its replay), so 100 MiB fails.
+    ["check", { path: fx("no_growth_step50.pickle"), max_peak: "100MiB" },
+      (s) => s.pass === false && s.budgets.length === 1 && s.budgets[0].value_bytes === 111675416 && s.budgets[0].top_site === "train.py:91"],
+    ["timeline", { path: fx("activation_oom.pickle") }, (s) => s.timeline.ooms.length === 1],
   ];
   for (const [name, args, ok] of calls) {
     let res;
@@ -107,6 +111,12 @@ async function main() {
     check(ok(res.structuredContent), `${name} ${JSON.stringify(args)}: expected values; got ${JSON.stringify(res.structuredContent).slice(0, 300)}`);
     check(text(res).length > 0 && text(res).length <= 8192, `${name}: text of ${text(res).length} bytes`);
   }
+
+  // The timeline tool also returns the picture: one PNG image item of at most ~200 KB.
+  const tl = await client.callTool({ name: "timeline", arguments: { path: fx("activation_oom.pickle") } });
+  const img = (tl.content || []).find((c) => c.type === "image");
+  check(img && img.mimeType === "image/png" && Buffer.from(img.data, "base64").subarray(1, 4).toString() === "PNG" &&
+    Buffer.from(img.data, "base64").length <= 200 * 1024, `timeline: a PNG image item (${img ? img.mimeType + " " + img.data.length : "none"})`);
 
   // 3. Errors are isError results with an actionable message, never protocol errors.
   fs.writeFileSync(path.join(scratch, "corrupt.pickle"), Buffer.from("\x80\x04\x95 not a snapshot"));

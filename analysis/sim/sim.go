@@ -5,11 +5,9 @@
 // a *snapshot.Snapshot, so tests and fixtures can be built with exactly known ground truth.
 // Named scenarios (scenarios.go) build realistic training-loop snapshots on top of it.
 //
-// Simplifications, all documented where they apply: cudaMalloc never fails except for
-// capacity; segment addresses are never reused; release_available_cached_blocks (the
-// max_split_size-only first retry) is folded into the "free every cached segment" retry;
-// expandable segments grow and shrink only at their end; garbage_collection_threshold and
-// roundup_power2_divisions are not simulated.
+// The allocator itself is analysis/allocator's model, the one the what-if analysis replays
+// traces through: the simulator adds the recording (stacks, clock, ring buffer, recording on
+// and off). cudaMalloc fails only for capacity; segment addresses are never reused.
 package sim
 
 import (
@@ -17,24 +15,25 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/memsnap/memsnap/analysis/allocator"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
-// Allocator constants (c10/cuda/CUDACachingAllocator.cpp).
+// Allocator constants (c10/cuda/CUDACachingAllocator.cpp), as analysis/allocator defines them.
 const (
-	MinBlockSize  = 512      // kMinBlockSize: every size rounds up to a multiple of this
-	SmallSize     = 1 << 20  // kSmallSize: requests up to this use the small pool
-	SmallBuffer   = 2 << 20  // kSmallBuffer: small-pool segment size
-	LargeBuffer   = 20 << 20 // kLargeBuffer: large-pool segment size for requests < MinLargeAlloc
-	MinLargeAlloc = 10 << 20 // kMinLargeAlloc
-	RoundLarge    = 2 << 20  // kRoundLarge: larger segments round up to this
-	MiB           = 1 << 20  // convenience
-	GiB           = 1 << 30  // convenience
-	DefaultBase   = 0x7f3a00000000
+	MinBlockSize  = allocator.MinBlockSize  // kMinBlockSize: every size rounds up to a multiple of this
+	SmallSize     = allocator.SmallSize     // kSmallSize: requests up to this use the small pool
+	SmallBuffer   = allocator.SmallBuffer   // kSmallBuffer: small-pool segment size
+	LargeBuffer   = allocator.LargeBuffer   // kLargeBuffer: large-pool segment size for requests < MinLargeAlloc
+	MinLargeAlloc = allocator.MinLargeAlloc // kMinLargeAlloc
+	RoundLarge    = allocator.RoundLarge    // kRoundLarge: larger segments round up to this
+	MiB           = 1 << 20                 // convenience
+	GiB           = 1 << 30                 // convenience
+	DefaultBase   = allocator.DefaultBase
 )
 
 // DefaultPool is the default memory pool id (0, 0).
-var DefaultPool = snapshot.PoolID{0, 0}
+var DefaultPool = allocator.DefaultPool
 
 // Config configures a simulation. Zero values give PyTorch's defaults where one exists.
 type Config struct {
@@ -44,6 +43,9 @@ type Config struct {
 	OutsideBytes int64 // device memory used outside PyTorch (other processes, CUDA context)
 	Expandable   bool  // expandable_segments:True
 	MaxSplitSize int64 // max_split_size in bytes; 0 = unset (written as -1)
+	// RoundupPower2Divisions and GCThreshold are the other allocator settings (zero: off).
+	RoundupPower2Divisions [allocator.NumIntervals]int
+	GCThreshold            float64
 	// Context is _record_memory_history's context: "all" (default), "alloc", "state", "none".
 	Context string
 	// Stacks is "all" (default: C++ and Python frames) or "python".
@@ -60,45 +62,28 @@ type Config struct {
 // Sim is one device's caching allocator plus its memory-history recorder. Not safe for
 // concurrent use.
 type Sim struct {
-	cfg        Config
-	in         *snapshot.Interner
-	segs       []*segment
-	live       map[uint64]*block // allocated and pending-free blocks by address
-	nextAddr   uint64
-	reserved   int64
-	now        int64
-	recording  bool
-	lateStart  bool // recording was turned on while blocks were alive
-	events     []snapshot.Event
-	dropped    int64
-	annots     []snapshot.Annotation
-	expandable map[poolKey]*segment
+	cfg       Config
+	in        *snapshot.Interner
+	a         *allocator.Allocator
+	live      map[uint64]*liveMeta // allocated and pending-free blocks by address
+	segStack  map[uint64]snapshot.StackID
+	now       int64
+	recording bool
+	lateStart bool // recording was turned on while blocks were alive
+	events    []snapshot.Event
+	dropped   int64
+	annots    []snapshot.Annotation
+	// What the allocator's next events are recorded with: the current request's block and
+	// event contexts, the free's context, and the context of frees completed inside the call.
+	bctx, ectx, freeCtx, doneCtx snapshot.StackID
+	doneSet                      bool
 }
 
-type poolKey struct {
-	pool   snapshot.PoolID
-	small  bool
-	stream uint64
-}
-
-type segment struct {
-	addr       uint64
-	size       int64
-	key        poolKey
-	expandable bool
-	stack      snapshot.StackID
-	blocks     []*block // address order, contiguous from addr
-}
-
-type block struct {
-	seg        *segment
-	addr       uint64
-	size       int64
-	requested  int64
-	state      snapshot.BlockState
+// liveMeta is what the recorder keeps of a live block.
+type liveMeta struct {
+	b          *allocator.Block
 	stack      snapshot.StackID // context_when_allocated (EmptyStack when none)
 	allocStack snapshot.StackID // the alloc event's frames (for delayed free_completed)
-	streamUses []uint64
 }
 
 // OOMError is returned by Alloc when the device cannot satisfy the request even after every
@@ -110,6 +95,7 @@ type OOMError struct {
 	Capacity   int64
 	Reserved   int64 // reserved by PyTorch after releasing the cache
 	Allocated  int64 // bytes in allocated blocks
+	Need       int64 // what the last cudaMalloc (or page mapping) asked for
 }
 
 func (e *OOMError) Error() string {
@@ -151,48 +137,51 @@ func New(cfg Config) *Sim {
 	if cfg.NumDevices < cfg.Device+1 {
 		cfg.NumDevices = cfg.Device + 1
 	}
-	return &Sim{cfg: cfg, in: snapshot.NewInterner(), live: map[uint64]*block{},
-		nextAddr: cfg.BaseAddr, now: cfg.StartUS, recording: true, expandable: map[poolKey]*segment{}}
+	s := &Sim{cfg: cfg, in: snapshot.NewInterner(), live: map[uint64]*liveMeta{}, segStack: map[uint64]snapshot.StackID{},
+		now: cfg.StartUS, recording: true}
+	next := cfg.BaseAddr
+	s.a = allocator.New(allocator.Config{
+		Settings: s.allocatorSettings(),
+		Capacity: cfg.Capacity - cfg.OutsideBytes,
+		// Virtual addresses one after the other, 2 MiB aligned, never reused; an expandable
+		// segment reserves as much as the whole device.
+		SegmentAddr: func(size int64, _ uint64, _ bool) uint64 {
+			addr := next
+			next += uint64((size + RoundLarge - 1) / RoundLarge * RoundLarge)
+			return addr
+		},
+		AddressSpace: cfg.Capacity,
+		OnEvent:      s.onEvent,
+	})
+	return s
+}
+
+func (s *Sim) allocatorSettings() allocator.Settings {
+	return allocator.Settings{ExpandableSegments: s.cfg.Expandable, MaxSplitSize: max(s.cfg.MaxSplitSize, 0),
+		RoundupPower2Divisions: s.cfg.RoundupPower2Divisions, GCThreshold: s.cfg.GCThreshold}
 }
 
 // Config returns the effective configuration (defaults filled in).
 func (s *Sim) Config() Config { return s.cfg }
 
-// RoundSize is the allocator's round_size: at least 512 B, a multiple of 512 B.
+// RoundSize is the allocator's round_size with the default settings: at least 512 B, a
+// multiple of 512 B.
 func RoundSize(n int64) int64 {
-	if n < MinBlockSize {
-		return MinBlockSize
-	}
-	return (n + MinBlockSize - 1) / MinBlockSize * MinBlockSize
+	var st allocator.Settings
+	return st.RoundSize(n)
 }
 
 // AllocationSize is get_allocation_size: the segment size cudaMalloc'd for a rounded request.
-func AllocationSize(rounded int64) int64 {
-	switch {
-	case rounded <= SmallSize:
-		return SmallBuffer
-	case rounded < MinLargeAlloc:
-		return LargeBuffer
-	}
-	return (rounded + RoundLarge - 1) / RoundLarge * RoundLarge
-}
+func AllocationSize(rounded int64) int64 { return allocator.AllocationSize(rounded) }
 
 // Reserved returns the bytes held in segments (mapped bytes for expandable segments).
-func (s *Sim) Reserved() int64 { return s.reserved }
+func (s *Sim) Reserved() int64 { return s.a.Reserved() }
 
 // Allocated returns the bytes in allocated (not pending, not inactive) blocks.
-func (s *Sim) Allocated() int64 {
-	var n int64
-	for _, b := range s.live {
-		if b.state == snapshot.StateActiveAllocated {
-			n += b.size
-		}
-	}
-	return n
-}
+func (s *Sim) Allocated() int64 { return s.a.Allocated() }
 
 // DeviceFree returns what cudaMemGetInfo would report as free now.
-func (s *Sim) DeviceFree() int64 { return s.cfg.Capacity - s.cfg.OutsideBytes - s.reserved }
+func (s *Sim) DeviceFree() int64 { return s.cfg.Capacity - s.cfg.OutsideBytes - s.a.Reserved() }
 
 // Now returns the current trace clock in microseconds.
 func (s *Sim) Now() int64 { return s.now }
@@ -262,6 +251,41 @@ func (s *Sim) record(ev snapshot.Event) {
 	}
 }
 
+// onEvent records what the allocator reports, with the stacks the recorder knows.
+func (s *Sim) onEvent(ev allocator.Event) {
+	out := snapshot.Event{Action: ev.Action, Addr: ev.Addr, Size: ev.Size, Stream: ev.Stream, Stack: snapshot.NoStack}
+	switch ev.Action {
+	case snapshot.ActionAlloc:
+		s.live[ev.Addr] = &liveMeta{b: ev.Block, stack: s.bctx, allocStack: s.ectx}
+		out.Stack = s.ectx
+	case snapshot.ActionOOM:
+		out.DeviceFree = s.DeviceFree()
+		out.Stack = s.ectx
+	case snapshot.ActionSegmentAlloc:
+		s.segStack[ev.Addr] = s.bctx
+		out.Stack = s.ectx
+	case snapshot.ActionSegmentMap:
+		if _, ok := s.segStack[ev.Addr]; !ok {
+			s.segStack[ev.Addr] = s.bctx
+		}
+		out.Stack = s.ectx
+	case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+		delete(s.segStack, ev.Addr)
+	case snapshot.ActionFreeRequested:
+		out.Stack = s.freeCtx
+	case snapshot.ActionFreeCompleted:
+		m := s.live[ev.Addr]
+		delete(s.live, ev.Addr)
+		if m != nil {
+			out.Stack = m.allocStack
+		}
+		if s.doneSet && s.doneCtx != snapshot.NoStack {
+			out.Stack = s.doneCtx // PyTorch: context ? context : block->context_when_allocated
+		}
+	}
+	s.record(out)
+}
+
 // Alloc allocates size bytes on stream in the default pool. On failure it returns an
 // *OOMError (after recording an oom event).
 func (s *Sim) Alloc(size int64, stream uint64, st Stack) (uint64, error) {
@@ -274,147 +298,21 @@ func (s *Sim) AllocPool(size int64, stream uint64, pool snapshot.PoolID, st Stac
 	if size <= 0 {
 		return 0, fmt.Errorf("sim: alloc of %d bytes: size must be positive", size)
 	}
-	rs := RoundSize(size)
-	key := poolKey{pool: pool, small: rs <= SmallSize, stream: stream}
-	bctx, ectx := s.contexts(st)
-	b := s.findFree(key, rs)
-	if b == nil {
-		b = s.newMemory(key, rs, bctx, ectx)
-		if b == nil {
-			s.releaseCached()
-			b = s.newMemory(key, rs, bctx, ectx)
+	s.bctx, s.ectx = s.contexts(st)
+	// Frees completed inside the call (the cudaMalloc-failure path synchronizes) carry the
+	// request's context when one is recorded.
+	s.doneCtx, s.doneSet = s.ectx, true
+	defer func() { s.doneSet = false }()
+	b, err := s.a.Malloc(size, stream, pool)
+	if err != nil {
+		var oe *allocator.OOMError
+		if !errors.As(err, &oe) {
+			return 0, err
 		}
-		if b == nil {
-			e := &OOMError{Device: s.cfg.Device, Requested: rs, DeviceFree: s.DeviceFree(),
-				Capacity: s.cfg.Capacity, Reserved: s.reserved, Allocated: s.Allocated()}
-			s.record(snapshot.Event{Action: snapshot.ActionOOM, Size: rs, Stream: stream,
-				DeviceFree: e.DeviceFree, Stack: ectx})
-			return 0, e
-		}
+		return 0, &OOMError{Device: s.cfg.Device, Requested: oe.Requested, DeviceFree: s.DeviceFree(),
+			Capacity: s.cfg.Capacity, Reserved: oe.Reserved, Allocated: oe.Allocated, Need: oe.Need}
 	}
-	b = s.split(b, rs)
-	b.state = snapshot.StateActiveAllocated
-	b.requested = size
-	b.stack = bctx
-	b.allocStack = ectx
-	s.live[b.addr] = b
-	s.record(snapshot.Event{Action: snapshot.ActionAlloc, Addr: b.addr, Size: size, Stream: stream, Stack: ectx})
-	return b.addr, nil
-}
-
-// findFree is get_free_block: the smallest inactive block of the same pool and stream that
-// fits, lowest address on ties, honouring max_split_size.
-func (s *Sim) findFree(key poolKey, rs int64) *block {
-	var best *block
-	ms := s.cfg.MaxSplitSize
-	for _, seg := range s.segs {
-		if seg.key != key {
-			continue
-		}
-		for _, b := range seg.blocks {
-			if b.state != snapshot.StateInactive || b.size < rs {
-				continue
-			}
-			if ms > 0 {
-				if rs < ms && b.size >= ms {
-					continue // do not split oversize blocks for small requests
-				}
-				if rs >= ms && b.size >= rs+LargeBuffer {
-					continue // oversize request: only nearly exact blocks
-				}
-			}
-			if best == nil || b.size < best.size || (b.size == best.size && b.addr < best.addr) {
-				best = b
-			}
-		}
-	}
-	return best
-}
-
-// newMemory gets fresh device memory for a request: a new segment (cudaMalloc), or more pages
-// mapped at the end of the pool's expandable segment. It returns nil when the device is full.
-func (s *Sim) newMemory(key poolKey, rs int64, bctx, ectx snapshot.StackID) *block {
-	if s.cfg.Expandable {
-		return s.grow(key, rs, bctx, ectx)
-	}
-	size := AllocationSize(rs)
-	if s.reserved+s.cfg.OutsideBytes+size > s.cfg.Capacity {
-		return nil
-	}
-	seg := &segment{addr: s.nextAddr, size: size, key: key, stack: bctx}
-	s.nextAddr += uint64((size + RoundLarge - 1) / RoundLarge * RoundLarge)
-	b := &block{seg: seg, addr: seg.addr, size: size, state: snapshot.StateInactive, stack: snapshot.EmptyStack}
-	seg.blocks = []*block{b}
-	s.segs = append(s.segs, seg)
-	s.reserved += size
-	s.record(snapshot.Event{Action: snapshot.ActionSegmentAlloc, Addr: seg.addr, Size: size, Stream: key.stream, Stack: ectx})
-	return b
-}
-
-// grow maps pages at the end of the expandable segment of key so that its last free block
-// holds rs bytes.
-func (s *Sim) grow(key poolKey, rs int64, bctx, ectx snapshot.StackID) *block {
-	page := int64(LargeBuffer)
-	if key.small {
-		page = SmallBuffer
-	}
-	seg := s.expandable[key]
-	var tail *block
-	if seg != nil && len(seg.blocks) > 0 {
-		if last := seg.blocks[len(seg.blocks)-1]; last.state == snapshot.StateInactive {
-			tail = last
-		}
-	}
-	need := rs
-	if tail != nil {
-		need -= tail.size
-	}
-	add := (need + page - 1) / page * page
-	if s.reserved+s.cfg.OutsideBytes+add > s.cfg.Capacity {
-		return nil
-	}
-	if seg == nil {
-		// Reserve a virtual range as large as the device for this pool and stream.
-		seg = &segment{addr: s.nextAddr, key: key, expandable: true, stack: bctx}
-		s.nextAddr += uint64((s.cfg.Capacity + RoundLarge - 1) / RoundLarge * RoundLarge)
-		s.expandable[key] = seg
-		s.segs = append(s.segs, seg)
-	}
-	if seg.size == 0 {
-		seg.stack = bctx
-	}
-	at := seg.addr + uint64(seg.size)
-	if tail == nil {
-		tail = &block{seg: seg, addr: at, state: snapshot.StateInactive, stack: snapshot.EmptyStack}
-		seg.blocks = append(seg.blocks, tail)
-	}
-	tail.size += add
-	seg.size += add
-	s.reserved += add
-	s.record(snapshot.Event{Action: snapshot.ActionSegmentMap, Addr: at, Size: add, Stream: key.stream, Stack: ectx})
-	return tail
-}
-
-// split carves rs bytes from the front of free block b when the remainder is worth keeping
-// (small pool: ≥ 512 B; large pool: > 1 MiB and request below max_split_size). The remainder
-// keeps b's stale requested_size. Returns the block to hand out.
-func (s *Sim) split(b *block, rs int64) *block {
-	rem := b.size - rs
-	var ok bool
-	if b.seg.key.small {
-		ok = rem >= MinBlockSize
-	} else {
-		ok = rem > SmallSize && (s.cfg.MaxSplitSize <= 0 || rs < s.cfg.MaxSplitSize)
-	}
-	if !ok {
-		return b
-	}
-	nb := &block{seg: b.seg, addr: b.addr, size: rs, state: snapshot.StateInactive, stack: snapshot.EmptyStack}
-	b.addr += uint64(rs)
-	b.size = rem
-	i := slices.Index(b.seg.blocks, b)
-	b.seg.blocks = slices.Insert(b.seg.blocks, i, nb)
-	return nb
+	return b.Addr(), nil
 }
 
 // ErrNotAllocated is returned when freeing an address that holds no allocated block.
@@ -423,13 +321,11 @@ var ErrNotAllocated = errors.New("sim: address is not an allocated block")
 // RecordStream marks the block at addr as used by stream (Tensor.record_stream): its free
 // will stay pending until Complete.
 func (s *Sim) RecordStream(addr uint64, stream uint64) error {
-	b := s.live[addr]
-	if b == nil || b.state != snapshot.StateActiveAllocated {
+	m := s.live[addr]
+	if m == nil || m.b.State() != snapshot.StateActiveAllocated {
 		return fmt.Errorf("record_stream %#x: %w", addr, ErrNotAllocated)
 	}
-	if stream != b.seg.key.stream && !slices.Contains(b.streamUses, stream) {
-		b.streamUses = append(b.streamUses, stream)
-	}
+	s.a.RecordStream(m.b, stream)
 	return nil
 }
 
@@ -437,120 +333,49 @@ func (s *Sim) RecordStream(addr uint64, stream uint64) error {
 // (recorded on free events when Context is "all"). If the block was used on other streams it
 // becomes active_pending_free until Complete; otherwise it is freed and merged at once.
 func (s *Sim) Free(addr uint64, st Stack) error {
-	b := s.live[addr]
-	if b == nil || b.state != snapshot.StateActiveAllocated {
+	m := s.live[addr]
+	if m == nil || m.b.State() != snapshot.StateActiveAllocated {
 		return fmt.Errorf("free %#x: %w", addr, ErrNotAllocated)
 	}
-	ctx := b.allocStack // PyTorch: context ? context : block->context_when_allocated
+	ctx := m.allocStack // PyTorch: context ? context : block->context_when_allocated
 	if s.recording && s.cfg.Context == "all" {
 		ctx = s.intern(st)
 	}
-	s.record(snapshot.Event{Action: snapshot.ActionFreeRequested, Addr: b.addr, Size: b.requested, Stream: b.seg.key.stream, Stack: ctx})
-	if len(b.streamUses) > 0 {
-		b.state = snapshot.StateActivePendingFree
-		return nil
-	}
-	s.freeBlock(b, ctx)
+	s.freeCtx, s.doneCtx, s.doneSet = ctx, ctx, true
+	s.a.Free(m.b)
+	s.doneSet = false
 	return nil
 }
 
 // Complete finishes a pending free (the other streams' events completed): free_completed is
 // recorded with the allocation's frames, and the block is merged.
 func (s *Sim) Complete(addr uint64) error {
-	b := s.live[addr]
-	if b == nil || b.state != snapshot.StateActivePendingFree {
+	m := s.live[addr]
+	if m == nil || m.b.State() != snapshot.StateActivePendingFree {
 		return fmt.Errorf("complete %#x: not a pending free", addr)
 	}
-	s.freeBlock(b, b.allocStack)
+	s.a.Complete(m.b)
 	return nil
 }
 
 // CompleteAll completes every pending free, lowest address first.
 func (s *Sim) CompleteAll() {
 	var addrs []uint64
-	for a, b := range s.live {
-		if b.state == snapshot.StateActivePendingFree {
+	for a, m := range s.live {
+		if m.b.State() == snapshot.StateActivePendingFree {
 			addrs = append(addrs, a)
 		}
 	}
 	slices.Sort(addrs)
 	for _, a := range addrs {
-		s.freeBlock(s.live[a], s.live[a].allocStack)
-	}
-}
-
-// freeBlock is free_block: record free_completed, mark inactive, merge with inactive
-// neighbours of the same segment (the merged block keeps b's requested_size).
-func (s *Sim) freeBlock(b *block, ctx snapshot.StackID) {
-	s.record(snapshot.Event{Action: snapshot.ActionFreeCompleted, Addr: b.addr, Size: b.requested, Stream: b.seg.key.stream, Stack: ctx})
-	delete(s.live, b.addr)
-	b.state = snapshot.StateInactive
-	b.stack = snapshot.EmptyStack
-	b.allocStack = snapshot.NoStack
-	b.streamUses = nil
-	seg := b.seg
-	i := slices.Index(seg.blocks, b)
-	if i+1 < len(seg.blocks) && seg.blocks[i+1].state == snapshot.StateInactive {
-		b.size += seg.blocks[i+1].size
-		seg.blocks = slices.Delete(seg.blocks, i+1, i+2)
-	}
-	if i > 0 && seg.blocks[i-1].state == snapshot.StateInactive {
-		p := seg.blocks[i-1]
-		b.addr = p.addr
-		b.size += p.size
-		seg.blocks = slices.Delete(seg.blocks, i-1, i)
+		s.a.Complete(s.live[a].b)
 	}
 }
 
 // EmptyCache is torch.cuda.empty_cache(): release every fully inactive segment (and unmap
-// free pages at the end of expandable segments).
-func (s *Sim) EmptyCache() { s.releaseCached() }
-
-// releaseCached is release_cached_blocks.
-func (s *Sim) releaseCached() {
-	kept := s.segs[:0]
-	for _, seg := range s.segs {
-		if seg.expandable {
-			s.unmapTail(seg)
-			kept = append(kept, seg)
-			continue
-		}
-		if len(seg.blocks) == 1 && seg.blocks[0].state == snapshot.StateInactive {
-			s.reserved -= seg.size
-			s.record(snapshot.Event{Action: snapshot.ActionSegmentFree, Addr: seg.addr, Size: seg.size, Stream: seg.key.stream, Stack: snapshot.NoStack})
-			continue
-		}
-		kept = append(kept, seg)
-	}
-	clear(s.segs[len(kept):])
-	s.segs = kept
-}
-
-func (s *Sim) unmapTail(seg *segment) {
-	if len(seg.blocks) == 0 {
-		return
-	}
-	last := seg.blocks[len(seg.blocks)-1]
-	if last.state != snapshot.StateInactive {
-		return
-	}
-	page := int64(LargeBuffer)
-	if seg.key.small {
-		page = SmallBuffer
-	}
-	// Only whole pages entirely inside the free tail can be unmapped.
-	off := int64(last.addr - seg.addr)
-	firstPage := (off + page - 1) / page * page
-	n := seg.size - firstPage
-	if n <= 0 {
-		return
-	}
-	if firstPage == off {
-		seg.blocks = seg.blocks[:len(seg.blocks)-1]
-	} else {
-		last.size -= n
-	}
-	seg.size -= n
-	s.reserved -= n
-	s.record(snapshot.Event{Action: snapshot.ActionSegmentUnmap, Addr: seg.addr + uint64(firstPage), Size: n, Stream: seg.key.stream, Stack: snapshot.NoStack})
+// the free pages of expandable segments), after completing every pending free.
+func (s *Sim) EmptyCache() {
+	s.doneCtx, s.doneSet = snapshot.NoStack, true
+	s.a.EmptyCache()
+	s.doneSet = false
 }

@@ -1,10 +1,8 @@
 package sim
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -31,30 +29,34 @@ func (s *Sim) Snapshot() *snapshot.Snapshot {
 		remap[id] = n
 		return n
 	}
-	segs := slices.Clone(s.segs)
-	slices.SortFunc(segs, func(a, b *segment) int { return cmp.Compare(a.addr, b.addr) })
 	var totalActive int64
-	for _, sg := range segs {
-		if sg.size == 0 {
-			continue // an expandable range with nothing mapped is not reported
+	for _, sg := range s.a.Segments() {
+		stack := snapshot.EmptyStack
+		if id, ok := s.segStack[sg.Addr]; ok {
+			stack = id
 		}
-		seg := snapshot.Segment{Device: s.cfg.Device, Address: sg.addr, TotalSize: sg.size,
-			Stream: sg.key.stream, PoolID: sg.key.pool, IsExpandable: sg.expandable, Stack: re(sg.stack)}
+		seg := snapshot.Segment{Device: s.cfg.Device, Address: sg.Addr, TotalSize: sg.Size,
+			Stream: sg.Stream, PoolID: sg.Pool, IsExpandable: sg.Expandable, Stack: re(stack)}
 		seg.SegmentType = "large"
-		if sg.key.small {
+		if sg.Small {
 			seg.SegmentType = "small"
 		}
-		for _, b := range sg.blocks {
-			seg.Blocks = append(seg.Blocks, snapshot.Block{Address: b.addr, Size: b.size,
-				RequestedSize: b.requested, State: b.state, Stack: re(b.stack)})
-			switch b.state {
+		for _, b := range sg.Blocks {
+			st := b.State()
+			bs := snapshot.EmptyStack
+			if m := s.live[b.Addr()]; m != nil && st != snapshot.StateInactive {
+				bs = m.stack
+			}
+			seg.Blocks = append(seg.Blocks, snapshot.Block{Address: b.Addr(), Size: b.Size(),
+				RequestedSize: b.Requested(), State: st, Stack: re(bs)})
+			switch st {
 			case snapshot.StateActiveAllocated:
-				seg.AllocatedSize += b.size
-				seg.ActiveSize += b.size
-				seg.RequestedSize += b.requested
+				seg.AllocatedSize += b.Size()
+				seg.ActiveSize += b.Size()
+				seg.RequestedSize += b.Requested()
 			case snapshot.StateActivePendingFree:
-				seg.ActiveSize += b.size
-				seg.RequestedSize += b.requested
+				seg.ActiveSize += b.Size()
+				seg.RequestedSize += b.Requested()
 			}
 		}
 		totalActive += seg.ActiveSize
@@ -83,25 +85,21 @@ func (s *Sim) Snapshot() *snapshot.Snapshot {
 }
 
 func (s *Sim) settings() snapshot.AllocatorSettings {
-	var conf []string
+	set := s.allocatorSettings()
 	ms := int64(-1)
-	if s.cfg.Expandable {
-		conf = append(conf, "expandable_segments:True")
-	}
 	if s.cfg.MaxSplitSize > 0 {
 		ms = s.cfg.MaxSplitSize
-		conf = append(conf, fmt.Sprintf("max_split_size_mb:%d", s.cfg.MaxSplitSize/MiB))
 	}
 	rp := map[string]any{}
-	for d := 1; d <= 32768; d *= 2 {
-		rp[fmt.Sprint(d)] = int64(0)
+	for i, d := 0, 1; d <= 32768; i, d = i+1, d*2 {
+		rp[fmt.Sprint(d)] = int64(s.cfg.RoundupPower2Divisions[i])
 	}
-	st := snapshot.AllocatorSettings{Present: true, AllocConf: strings.Join(conf, ","), MaxSplitSize: ms,
-		ExpandableSegments: s.cfg.Expandable}
+	st := snapshot.AllocatorSettings{Present: true, AllocConf: set.AllocConf(), MaxSplitSize: ms,
+		ExpandableSegments: s.cfg.Expandable, GCThreshold: s.cfg.GCThreshold}
 	st.Raw = map[string]any{
 		"PYTORCH_CUDA_ALLOC_CONF":       st.AllocConf,
 		"max_split_size":                ms,
-		"garbage_collection_threshold":  0.0,
+		"garbage_collection_threshold":  s.cfg.GCThreshold,
 		"expandable_segments":           s.cfg.Expandable,
 		"pinned_num_register_threads":   int64(1),
 		"release_lock_on_cudamalloc":    false,

@@ -43,6 +43,17 @@ func oomText(tr sim.OOMTruth) string {
 		mib(tr.Inactive), mib(tr.LargestFree))
 }
 
+func whatIfText(tr sim.WhatIfTruth, about string) string {
+	with := fmt.Sprintf("it fails, %s short", mib(-tr.ExpandableHeadroom))
+	if tr.ExpandableFits {
+		with = fmt.Sprintf("it is served with %s to spare (capacity − reserved right after it)", mib(tr.ExpandableHeadroom))
+	}
+	return fmt.Sprintf("%s Recorded OOM (oom event %d): %s Capacity (reserved + device_free) %s. "+
+		"Running the same program with expandable_segments:True (every earlier request is served): %s. Peak reserved up to that request: %s with the defaults (%d cudaMalloc calls), "+
+		"%s with expandable segments (%d page-range mappings).",
+		about, tr.OOMEvent, oomText(tr.OOM), mib(tr.Capacity), with, mib(tr.PeakReserved), tr.SegmentAllocs, mib(tr.ExpandablePeakReserved), tr.ExpandableSegmentMaps)
+}
+
 // groups builds every scenario. Truth texts mirror the doc comments in analysis/sim/scenarios.go.
 func groups() []group {
 	p4 := writer.Options{}
@@ -84,6 +95,16 @@ func groups() []group {
 	gs = append(gs, group{"OOM: memory held outside PyTorch",
 		"16 GiB device, all but 128 MiB used by another process; PyTorch reserved only 82 MiB when a 1 GiB `torch.empty` at train.py:103 fails. " + oomText(tr),
 		[]fixture{{"outside_pytorch_oom.pickle", s, p4}}})
+	s, wt := sim.GrowingBatchOOM()
+	gs = append(gs, group{"What-if: expandable segments avoid the OOM",
+		whatIfText(wt, "An inference server (serve.py) whose batches grow by one per request (batch 4, 5, …): per request 6 layers each make an 8b MiB fc1 intermediate (model.py:41, freed) and a 2b MiB output (model.py:43), "+
+			"then a 6b MiB KV-cache entry (model.py:71) lands in a freed intermediate's segment and pins it, and the 2b MiB result is kept (serve.py:34); weights 6 × 48 MiB. "+
+			"PyTorch may reserve 2128 MiB. Recorded with the default settings."),
+		[]fixture{{"whatif_expandable_avoids.pickle", s, p4}}})
+	s, wt = sim.GrowingBatchCapacityOOM()
+	gs = append(gs, group{"What-if: expandable segments do not avoid the OOM (capacity)",
+		whatIfText(wt, "The same server where PyTorch may reserve 2 GiB: the same request fails, again with the cache full of holes, but the live tensors leave no room for it even in one contiguous range."),
+		[]fixture{{"whatif_capacity_oom.pickle", s, p4}}})
 	cs := sim.CrossStreamPendingFrees()
 	gs = append(gs, group{"Cross-stream delayed frees",
 		fmt.Sprintf("Batches prefetched on stream 0 and used on side stream %d via record_stream. At the snapshot 2 blocks (2 MiB each, `train.py:64 prefetch`) are "+

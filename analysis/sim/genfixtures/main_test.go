@@ -41,8 +41,8 @@ func TestDeterministicAndCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := readAll(t, d1), readAll(t, d2)
-	if len(a) != 35 {
-		t.Errorf("generated %d files, want 35", len(a))
+	if len(a) != 37 {
+		t.Errorf("generated %d files, want 37", len(a))
 	}
 	var total int
 	for name, data := range a {

@@ -1,0 +1,1063 @@
+package analysis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// Timeline defaults.
+const (
+	// DefaultTimelineTop is how many sites get a band of their own.
+	DefaultTimelineTop = 8
+	// DefaultTimelineColumns is how many columns (pixel columns of a picture) a timeline has.
+	DefaultTimelineColumns = 1200
+	// maxTimelineMarkers bounds each marker list of a TimelineResult.
+	maxTimelineMarkers = 1000
+	// Band totals are kept every timelineCheckpoint events; min/max per timelineBlock events.
+	timelineCheckpoint = 1024
+	timelineBlock      = 512
+)
+
+// X axes of a timeline.
+const (
+	TimelineXEvent = "event" // trace event index (as memory_viz draws it)
+	TimelineXTime  = "time"  // time_us
+)
+
+// TimelineOptions chooses what a timeline draws.
+type TimelineOptions struct {
+	Device int `json:"device"`
+	// Start and End bound the window of trace events drawn, [Start, End); End 0 means the end
+	// of the trace.
+	Start int `json:"start"`
+	End   int `json:"end"`
+	// Top is how many sites (the largest at the window's allocated peak, each holding at least
+	// 0.5% of it) get a band of their own; the others share one band. 0 means
+	// DefaultTimelineTop.
+	Top int `json:"top"`
+	// Columns is the number of columns the window is cut into (0: DefaultTimelineColumns).
+	Columns int `json:"columns"`
+	// X is TimelineXEvent (default) or TimelineXTime.
+	X           string             `json:"x"`
+	Attribution AttributionOptions `json:"attribution"`
+}
+
+// TimelineBand is one band of a timeline: a site, or (Other) every site not drawn on its own.
+type TimelineBand struct {
+	// Band is the band's index in TimelineColumn.Bands; bands are stacked in this order, the
+	// first at the bottom.
+	Band int `json:"band" jsonschema:"description=Index of the band: bands are stacked in this order (0 at the bottom)\\, long-lived roles first"`
+	SiteIdentity
+	Category string `json:"category" jsonschema:"description=Role of most of the band's bytes at the peak (parameter\\, gradient\\, optimizer_state\\, activation\\, temporary\\, backward_temporary\\, communication\\, kv_cache\\, autocast_cache\\, workspace\\, user_container\\, other); it picks the band's colour"`
+	Evidence string `json:"evidence,omitempty" jsonschema:"description=Why the role was decided (the deciding frame or timing)"`
+	// Other: the band sums every site not drawn on its own.
+	Other bool `json:"other" jsonschema:"description=The band sums every site that has no band of its own (sites counts them)"`
+	Sites int  `json:"sites" jsonschema:"description=Sites in the band (1 unless other)"`
+	// BytesAtPeak / BlocksAtPeak: allocated bytes and blocks of the band at the window's
+	// allocated peak.
+	BytesAtPeak  int64   `json:"bytes_at_peak" jsonschema:"description=Allocated bytes of the band at the window's allocated peak"`
+	BlocksAtPeak int     `json:"blocks_at_peak" jsonschema:"description=Allocated blocks of the band at the peak"`
+	Percent      float64 `json:"percent" jsonschema:"description=Share of the peak's allocated bytes"`
+	// MaxBytes is the band's highest level in the window (it may peak elsewhere).
+	MaxBytes int64 `json:"max_bytes" jsonschema:"description=The band's highest allocated level anywhere in the window (it may peak away from the total's peak)"`
+	// Roles splits BytesAtPeak by role when the site's blocks have more than one.
+	Roles []RoleBytes `json:"roles" jsonschema:"description=Bytes at the peak by role (one entry unless the site's blocks differ)"`
+	// Stack is the filtered stack of the band's largest block at the peak (innermost first);
+	// StackID its snapshot stack (-1: none).
+	Stack   []string `json:"stack" jsonschema:"description=Filtered stack of the band's largest block at the peak (user frames plus the nearest library frame\\, innermost first); empty for the other band"`
+	StackID int      `json:"stack_id" jsonschema:"description=Snapshot stack of that block (read-raw-section stacks[ID] gives every frame); -1 when none"`
+}
+
+// RoleBytes is memory of one role.
+type RoleBytes struct {
+	Category string `json:"category" jsonschema:"description=Role"`
+	Bytes    int64  `json:"bytes" jsonschema:"description=Bytes of that role"`
+	Blocks   int    `json:"blocks" jsonschema:"description=Blocks of that role"`
+}
+
+// TimelineOOM is an oom event drawn on a timeline.
+type TimelineOOM struct {
+	Event          int   `json:"event" jsonschema:"description=Index of the oom event in device_traces[device]"`
+	TimeUS         int64 `json:"time_us" jsonschema:"description=Its time_us (0 when the trace has no times)"`
+	RequestedBytes int64 `json:"requested_bytes" jsonschema:"description=Bytes the failed allocation asked for"`
+	DeviceFree     int64 `json:"device_free_bytes" jsonschema:"description=Free device memory the driver reported"`
+	AllocatedBytes int64 `json:"allocated_bytes" jsonschema:"description=Allocated bytes at the event (replayed)"`
+	ReservedBytes  int64 `json:"reserved_bytes" jsonschema:"description=Reserved bytes at the event (replayed)"`
+}
+
+// TimelineBurst is a run of consecutive segment_free / segment_unmap events.
+type TimelineBurst struct {
+	Kind       string `json:"kind" jsonschema:"description=empty_cache (an explicit torch.cuda.empty_cache() call)\\, malloc_retry (the allocator freed its cache after a failed cudaMalloc) or release"`
+	FirstEvent int    `json:"first_event" jsonschema:"description=First event of the run"`
+	LastEvent  int    `json:"last_event" jsonschema:"description=Last event of the run"`
+	Bytes      int64  `json:"bytes" jsonschema:"description=Bytes released to the driver by the run"`
+}
+
+// TimelineSteps are the step boundaries drawn.
+type TimelineSteps struct {
+	Source string `json:"source" jsonschema:"description=Where steps come from: annotations\\, user_metadata\\, phases\\, periodicity (a guess) or none"`
+	Count  int    `json:"count" jsonschema:"description=Steps that start inside the window"`
+	// StartEvents are the first events of the steps inside the window (at most 1000).
+	StartEvents []int `json:"start_events" jsonschema:"description=Trace event where each step inside the window starts (at most 1000)"`
+}
+
+// TimelineResult is what a timeline picture draws, as numbers: the window, the allocated peak
+// and the sites there (bands), reserved memory, and the markers (OOMs, steps, segment-release
+// bursts). Series holds the columns (not serialised: the picture is their rendering).
+type TimelineResult struct {
+	Path     string `json:"path" jsonschema:"description=The snapshot file"`
+	Device   int    `json:"device" jsonschema:"description=CUDA device drawn"`
+	Events   int    `json:"events" jsonschema:"description=Trace events of the device"`
+	Start    int    `json:"start" jsonschema:"description=First trace event of the window drawn"`
+	End      int    `json:"end" jsonschema:"description=End of the window (exclusive)"`
+	X        string `json:"x" jsonschema:"description=What the x axis is: event (trace event index) or time (time_us)"`
+	Columns  int    `json:"columns" jsonschema:"description=Columns drawn; each keeps the minimum and maximum of its events\\, so no peak is smoothed away"`
+	StartUS  int64  `json:"start_time_us" jsonschema:"description=time_us of the window's first event (0 without times)"`
+	EndUS    int64  `json:"end_time_us" jsonschema:"description=time_us of the window's last event (0 without times)"`
+	Reserved bool   `json:"reserved_from_trace" jsonschema:"description=Reserved memory comes from the trace's segment events (false: the file has none and the line is the final reserved value)"`
+	// The allocated peak in the window (state after event PeakEvent).
+	PeakAllocatedBytes int64 `json:"peak_allocated_bytes" jsonschema:"description=Highest allocated bytes in the window (exact: columns keep their maximum)"`
+	PeakEvent          int   `json:"peak_event" jsonschema:"description=Trace event after which allocated memory is highest"`
+	PeakTimeUS         int64 `json:"peak_time_us" jsonschema:"description=time_us of that event (0 without times)"`
+	PeakReservedBytes  int64 `json:"peak_reserved_bytes" jsonschema:"description=Highest reserved bytes in the window"`
+	PeakReservedEvent  int   `json:"peak_reserved_event" jsonschema:"description=Trace event after which reserved memory is highest"`
+	StartAllocated     int64 `json:"start_allocated_bytes" jsonschema:"description=Allocated bytes before the window's first event"`
+	EndAllocated       int64 `json:"end_allocated_bytes" jsonschema:"description=Allocated bytes after the window's last event"`
+	EndReserved        int64 `json:"end_reserved_bytes" jsonschema:"description=Reserved bytes after the window's last event"`
+	// Bands, in stacking order; the other band (if any) last.
+	Bands         []TimelineBand  `json:"bands" jsonschema:"description=The bands stacked: the largest sites at the peak\\, one band each\\, then one band for every other site"`
+	OOMs          []TimelineOOM   `json:"ooms" jsonschema:"description=OOM events in the window (at most 1000)"`
+	Steps         TimelineSteps   `json:"steps" jsonschema:"description=Step boundaries in the window"`
+	SegmentBursts []TimelineBurst `json:"segment_bursts" jsonschema:"description=Runs of segment_free / segment_unmap events in the window (empty_cache() calls and the allocator's cache flushes; at most 1000)"`
+	Notes         []string        `json:"notes" jsonschema:"description=What the picture cannot show"`
+	// Series is the columns drawn.
+	Series *TimelineSeries `json:"-"`
+}
+
+// TimelineSeries is a window cut into columns.
+type TimelineSeries struct {
+	Start, End int
+	X          string
+	// T0, T1: the time span of a time axis.
+	T0, T1  int64
+	Columns []TimelineColumn
+	// EventTime is the time_us of a trace event (for markers on a time axis).
+	EventTime func(event int) int64
+}
+
+// TimelineColumn is one column of a timeline: the events First..Last (Last < First for a column
+// with no event of its own on a time axis: it shows the state after event Last).
+type TimelineColumn struct {
+	First, Last int
+	// MinAllocated / MaxAllocated: the lowest and highest allocated bytes after each event of
+	// the column; MaxEvent is where the maximum is (-1: before the trace).
+	MinAllocated, MaxAllocated int64
+	MaxEvent                   int
+	MinReserved, MaxReserved   int64
+	// Bands: allocated bytes per band after MaxEvent (they add up to MaxAllocated).
+	Bands []int64
+}
+
+// siteDelta is a change of one site's allocated bytes.
+type siteDelta struct {
+	site  int32
+	bytes int64
+}
+
+// TimelineIndex is one device's trace replayed once and kept in a form that answers any window
+// at any resolution quickly: allocated and reserved bytes after every event (with per-block
+// minima and maxima), which site each event changed, and band totals every
+// timelineCheckpoint events. Build it with NewTimelineIndex; it is read-only afterwards and
+// safe for concurrent use.
+type TimelineIndex struct {
+	snap  *snapshot.Snapshot
+	roles *Roles
+	dev   int
+	evs   []snapshot.Event
+	// alloc[i] / res[i]: allocated and reserved bytes after event i.
+	alloc, res           []int64
+	startAlloc, startRes int64
+	// site[i]: the site whose allocated bytes event i changed (-1: none; -2: two, see extra).
+	site  []int32
+	extra map[int]([2]siteDelta)
+	// sites by id; startSite: allocated bytes per site before the first event.
+	sites     []SiteIdentity
+	startSite []int64
+	// min/max of alloc and res per timelineBlock events.
+	bMaxA, bMinA, bMaxR, bMinR []int64
+	bArgA, bArgR               []int32
+	hasSegEvents, timeOK       bool
+	requested                  bool
+	preBlocks                  int
+	preBytes                   int64
+	consistent                 bool
+	// init is the engine before the first event; freedAt[i] is the event after which the
+	// allocation made by event i stops counting as allocated (-1: never), preFreedAt the same
+	// for blocks alive before the trace, by address. With them the live blocks after any
+	// event are found by one scan, without replaying.
+	init       *engine
+	freedAt    []int32
+	preFreedAt map[uint64]int
+}
+
+// cloneEngine copies an engine that has not been stepped or has: its live blocks and segments
+// are copied, the read-only tables shared, the callbacks dropped.
+func cloneEngine(e *engine) *engine {
+	c := *e
+	c.live = make(map[uint64]*liveBlk, len(e.live))
+	c.chunk, c.freeBlks, c.onFree, c.onFreeDone = nil, nil, nil, nil
+	for addr, b := range e.live {
+		c.live[addr] = c.newBlk(*b)
+	}
+	c.segs = make(map[uint64]segRec, len(e.segs))
+	for addr, s := range e.segs {
+		c.segs[addr] = s
+	}
+	return &c
+}
+
+// NewTimelineIndex replays device opt.Device of snap once (the replay engine) and indexes it.
+// A device without a trace is an error that says so.
+func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt TimelineOptions) (*TimelineIndex, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("timeline: no snapshot")
+	}
+	roles, err := NewRoles(snap, opt.Attribution)
+	if err != nil {
+		return nil, err
+	}
+	dev := opt.Device
+	if !roles.device(dev).hasTrace {
+		return nil, &NoTraceError{Path: snap.Path, Device: dev}
+	}
+	e := newEngine(snap, dev)
+	n := len(e.evs)
+	x := &TimelineIndex{snap: snap, roles: roles, dev: dev, evs: e.evs,
+		alloc: make([]int64, n), res: make([]int64, n), site: make([]int32, n), extra: map[int][2]siteDelta{},
+		startAlloc: e.allocated, startRes: e.reserved, requested: e.requested, preBlocks: e.preBlocks, preBytes: e.preBytes}
+	x.init = cloneEngine(e)
+	siteIDs := map[string]int32{}
+	stackSite := make([]int32, len(snap.Stacks)+1)
+	for i := range stackSite {
+		stackSite[i] = -1
+	}
+	idOf := func(id SiteIdentity) int32 {
+		k := id.key()
+		s, ok := siteIDs[k]
+		if !ok {
+			s = int32(len(x.sites))
+			siteIDs[k] = s
+			x.sites = append(x.sites, id)
+		}
+		return s
+	}
+	preTrace := int32(-1)
+	siteOf := func(b *liveBlk) int32 {
+		if b.allocIdx < 0 && b.stack == snapshot.NoStack {
+			if preTrace < 0 {
+				preTrace = idOf(SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone})
+			}
+			return preTrace
+		}
+		i := int(b.stack) + 1
+		if i >= 0 && i < len(stackSite) {
+			if stackSite[i] < 0 {
+				stackSite[i] = idOf(roles.a.SiteOf(snap, b.stack))
+			}
+			return stackSite[i]
+		}
+		return idOf(roles.a.SiteOf(snap, b.stack))
+	}
+	for _, b := range e.live {
+		if !b.pending {
+			s := siteOf(b)
+			for int(s) >= len(x.startSite) {
+				x.startSite = append(x.startSite, 0)
+			}
+			x.startSite[s] += b.size
+		}
+	}
+	x.freedAt, x.preFreedAt = make([]int32, n), map[uint64]int{}
+	freed := func(i int, b *liveBlk) {
+		if b.allocIdx >= 0 {
+			x.freedAt[b.allocIdx] = int32(i)
+		} else if _, ok := x.preFreedAt[e.evs[i].Addr]; !ok {
+			x.preFreedAt[e.evs[i].Addr] = i
+		}
+	}
+	cur := -1
+	e.onFree = func(i int, b *liveBlk) {
+		if i == cur {
+			x.site[i] = siteOf(b)
+			freed(i, b)
+		}
+	}
+	for i := range n {
+		if i&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("timeline: %w", err)
+			}
+		}
+		ev := &e.evs[i]
+		x.site[i], x.freedAt[i] = -1, -1
+		cur = i
+		var old *liveBlk
+		switch ev.Action {
+		case snapshot.ActionAlloc:
+			if b := e.live[ev.Addr]; b != nil && !b.pending {
+				old = b
+				x.extra[i] = [2]siteDelta{{siteOf(b), -b.size}, {}}
+				freed(i, b)
+			}
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree, snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
+			x.hasSegEvents = true
+		}
+		e.step()
+		if ev.Action == snapshot.ActionAlloc {
+			s := siteOf(e.live[ev.Addr])
+			if old != nil {
+				d := x.extra[i]
+				d[1] = siteDelta{s, ev.Size}
+				x.extra[i] = d
+				x.site[i] = -2
+			} else {
+				x.site[i] = s
+			}
+		}
+		x.alloc[i], x.res[i] = e.allocated, e.reserved
+	}
+	x.consistent = e.consistent()
+	for len(x.startSite) < len(x.sites) {
+		x.startSite = append(x.startSite, 0)
+	}
+	x.buildBlocks()
+	x.timeOK = n > 0
+	for i := range n {
+		if x.evs[i].TimeUS <= 0 || (i > 0 && x.evs[i].TimeUS < x.evs[i-1].TimeUS) {
+			x.timeOK = false
+			break
+		}
+	}
+	return x, nil
+}
+
+// Events is the number of trace events indexed.
+func (x *TimelineIndex) Events() int { return len(x.evs) }
+
+// HasTime reports whether every event has a time_us and times never decrease (a time axis works).
+func (x *TimelineIndex) HasTime() bool { return x.timeOK }
+
+// Device is the device indexed.
+func (x *TimelineIndex) Device() int { return x.dev }
+
+func (x *TimelineIndex) buildBlocks() {
+	n := len(x.alloc)
+	nb := (n + timelineBlock - 1) / timelineBlock
+	x.bMaxA, x.bMinA, x.bMaxR, x.bMinR = make([]int64, nb), make([]int64, nb), make([]int64, nb), make([]int64, nb)
+	x.bArgA, x.bArgR = make([]int32, nb), make([]int32, nb)
+	for b := range nb {
+		lo, hi := b*timelineBlock, min((b+1)*timelineBlock, n)
+		x.bMaxA[b], x.bMinA[b], x.bArgA[b] = x.alloc[lo], x.alloc[lo], int32(lo)
+		x.bMaxR[b], x.bMinR[b], x.bArgR[b] = x.res[lo], x.res[lo], int32(lo)
+		for i := lo + 1; i < hi; i++ {
+			if v := x.alloc[i]; v > x.bMaxA[b] {
+				x.bMaxA[b], x.bArgA[b] = v, int32(i)
+			} else if v < x.bMinA[b] {
+				x.bMinA[b] = v
+			}
+			if v := x.res[i]; v > x.bMaxR[b] {
+				x.bMaxR[b], x.bArgR[b] = v, int32(i)
+			} else if v < x.bMinR[b] {
+				x.bMinR[b] = v
+			}
+		}
+	}
+}
+
+// rangeStats is the min/max of allocated and reserved after events lo..hi (inclusive, lo <= hi),
+// with the first event holding each maximum.
+type rangeStats struct {
+	minA, maxA, minR, maxR int64
+	argA, argR             int
+}
+
+func (x *TimelineIndex) stats(lo, hi int) rangeStats {
+	s := rangeStats{minA: x.alloc[lo], maxA: x.alloc[lo], minR: x.res[lo], maxR: x.res[lo], argA: lo, argR: lo}
+	scan := func(a, b int) {
+		for i := a; i <= b; i++ {
+			if v := x.alloc[i]; v > s.maxA {
+				s.maxA, s.argA = v, i
+			} else if v < s.minA {
+				s.minA = v
+			}
+			if v := x.res[i]; v > s.maxR {
+				s.maxR, s.argR = v, i
+			} else if v < s.minR {
+				s.minR = v
+			}
+		}
+	}
+	bl, bh := (lo+timelineBlock-1)/timelineBlock, (hi+1)/timelineBlock // whole blocks [bl, bh)
+	if bl >= bh {
+		scan(lo+1, hi)
+		return s
+	}
+	scan(lo+1, bl*timelineBlock-1)
+	for b := bl; b < bh; b++ {
+		if x.bMaxA[b] > s.maxA {
+			s.maxA, s.argA = x.bMaxA[b], int(x.bArgA[b])
+		}
+		s.minA = min(s.minA, x.bMinA[b])
+		if x.bMaxR[b] > s.maxR {
+			s.maxR, s.argR = x.bMaxR[b], int(x.bArgR[b])
+		}
+		s.minR = min(s.minR, x.bMinR[b])
+	}
+	scan(bh*timelineBlock, hi)
+	return s
+}
+
+// TimelineBands is a choice of bands over a TimelineIndex: which site goes to which band, the
+// facts about each band at the peak they were chosen at, and band totals every
+// timelineCheckpoint events.
+type TimelineBands struct {
+	x      *TimelineIndex
+	Bands  []TimelineBand
+	bandOf []int16 // site id -> band
+	start  []int64 // band totals before the first event
+	cps    [][]int64
+	// peak the bands were chosen at
+	peakEvent int
+}
+
+// roleRank orders bands: memory that lives long at the bottom, what comes and goes on top.
+var roleRank = map[string]int{CategoryParameter: 0, CategoryOptimizerState: 1, CategoryGradient: 2,
+	CategoryWorkspace: 3, CategoryKVCache: 4, CategoryCommunication: 5, CategoryUserContainer: 6,
+	CategoryAutocastCache: 7, CategoryActivation: 8, CategoryBackwardTemporary: 9, CategoryTemporary: 10, CategoryOther: 11}
+
+// ChooseBands picks the top sites at the allocated peak of events [start, end) (the whole trace
+// for 0, 0) as bands and prepares the band totals.
+func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*TimelineBands, error) {
+	start, end, err := x.window(start, end)
+	if err != nil {
+		return nil, err
+	}
+	if top <= 0 {
+		top = DefaultTimelineTop
+	}
+	peak := x.stats(start, end-1).argA
+	// The sites live at the peak, with their roles (the replay's own grouping).
+	pe := x.liveAfter(peak)
+	rows, _ := pe.liveSites(x.roles, x.dev, 0)
+	type siteAgg struct {
+		id     SiteIdentity
+		bytes  int64
+		blocks int
+		roles  []RoleBytes
+		cat    string
+		ev     string
+		top    int64
+		stack  snapshot.StackID
+	}
+	byKey := map[string]*siteAgg{}
+	var order []*siteAgg
+	var total int64
+	for _, r := range rows {
+		k := r.SiteIdentity.key()
+		g := byKey[k]
+		if g == nil {
+			g = &siteAgg{id: r.SiteIdentity, cat: r.Category, ev: r.Evidence, stack: snapshot.NoStack}
+			byKey[k] = g
+			order = append(order, g)
+		}
+		g.bytes += r.Bytes
+		g.blocks += r.Blocks
+		g.roles = append(g.roles, RoleBytes{Category: r.Category, Bytes: r.Bytes, Blocks: r.Blocks})
+		total += r.Bytes
+	}
+	for _, g := range order {
+		slices.SortStableFunc(g.roles, func(a, b RoleBytes) int { return largestFirst(a.Bytes, b.Bytes, a.Category, b.Category) })
+		g.cat = g.roles[0].Category
+		for _, r := range rows {
+			if r.SiteIdentity.key() == g.id.key() && r.Category == g.cat {
+				g.ev = r.Evidence
+				break
+			}
+		}
+	}
+	slices.SortStableFunc(order, func(a, b *siteAgg) int {
+		return siteOrder(a.bytes, b.bytes, a.id, b.id, a.cat, b.cat)
+	})
+	// The top sites get a band each, unless they hold under 0.5% of the peak (a band too thin
+	// to see, and a legend line wasted): those join the other band.
+	named := order
+	if len(named) > top {
+		named = named[:top]
+	}
+	for len(named) > 1 && named[len(named)-1].bytes*200 < total {
+		named = named[:len(named)-1]
+	}
+	// The representative stack of each named site: its largest block at the peak.
+	keyOf := map[string]int{}
+	for i, g := range named {
+		keyOf[g.id.key()] = i
+	}
+	for addr, b := range pe.live {
+		if b.pending {
+			continue
+		}
+		var id SiteIdentity
+		if b.allocIdx < 0 && b.stack == snapshot.NoStack {
+			id = SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone}
+		} else {
+			id = x.roles.a.SiteOf(x.snap, b.stack)
+		}
+		if i, ok := keyOf[id.key()]; ok {
+			g := named[i]
+			if b.size > g.top || (b.size == g.top && b.stack < g.stack) {
+				g.top, g.stack = b.size, b.stack
+			}
+		}
+		_ = addr
+	}
+	slices.SortStableFunc(named, func(a, b *siteAgg) int {
+		if c := cmp.Compare(roleRank[a.cat], roleRank[b.cat]); c != 0 {
+			return c
+		}
+		return siteOrder(a.bytes, b.bytes, a.id, b.id, a.cat, b.cat)
+	})
+	tb := &TimelineBands{x: x, bandOf: make([]int16, len(x.sites)), peakEvent: peak}
+	for i, g := range named {
+		band := TimelineBand{Band: i, SiteIdentity: g.id, Category: g.cat, Evidence: g.ev, Sites: 1,
+			BytesAtPeak: g.bytes, BlocksAtPeak: g.blocks, Percent: pct(g.bytes, total), Roles: g.roles,
+			Stack: []string{}, StackID: int(g.stack)}
+		if g.stack != snapshot.NoStack {
+			band.Stack = emptyIfNil(x.roles.a.Attribute(x.snap, g.stack).Stack)
+		}
+		tb.Bands = append(tb.Bands, band)
+	}
+	other := len(tb.Bands)
+	for i := range tb.bandOf {
+		tb.bandOf[i] = int16(other)
+	}
+	for i, b := range tb.Bands {
+		if s, ok := x.siteID(b.SiteIdentity); ok {
+			tb.bandOf[s] = int16(i)
+		}
+	}
+	if rest := len(x.sites) - len(tb.Bands); rest > 0 {
+		ob := TimelineBand{Band: other, SiteIdentity: SiteIdentity{Site: "other sites", Kind: SiteKindNone},
+			Category: CategoryOther, Other: true, Sites: rest, Roles: []RoleBytes{}, Stack: []string{}, StackID: int(snapshot.NoStack)}
+		cats := map[string]*RoleBytes{}
+		for _, g := range order[len(named):] {
+			ob.BytesAtPeak += g.bytes
+			ob.BlocksAtPeak += g.blocks
+			for _, r := range g.roles {
+				c := cats[r.Category]
+				if c == nil {
+					c = &RoleBytes{Category: r.Category}
+					cats[r.Category] = c
+				}
+				c.Bytes += r.Bytes
+				c.Blocks += r.Blocks
+			}
+		}
+		for _, c := range cats {
+			ob.Roles = append(ob.Roles, *c)
+		}
+		slices.SortFunc(ob.Roles, func(a, b RoleBytes) int { return largestFirst(a.Bytes, b.Bytes, a.Category, b.Category) })
+		ob.Percent = pct(ob.BytesAtPeak, total)
+		tb.Bands = append(tb.Bands, ob)
+	}
+	nb := len(tb.Bands)
+	tb.start = make([]int64, nb)
+	for s, v := range x.startSite {
+		if v != 0 {
+			tb.start[tb.bandOf[s]] += v
+		}
+	}
+	// Checkpoints: band totals before event k*timelineCheckpoint; the band maxima on the way.
+	cur := slices.Clone(tb.start)
+	var maxes []int64 // band maxima inside the window
+	n := len(x.evs)
+	for i := range n {
+		if i%timelineCheckpoint == 0 {
+			tb.cps = append(tb.cps, slices.Clone(cur))
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("timeline: %w", err)
+			}
+		}
+		b := tb.apply(cur, i)
+		switch {
+		case i == start:
+			maxes = slices.Clone(cur)
+		case b >= 0 && i > start && i < end && cur[b] > maxes[b]:
+			maxes[b] = cur[b]
+		}
+	}
+	for i := range tb.Bands {
+		tb.Bands[i].MaxBytes = maxes[i]
+	}
+	return tb, nil
+}
+
+// liveAfter is an engine holding the blocks allocated (not pending) after event p, found from
+// freedAt without replaying.
+func (x *TimelineIndex) liveAfter(p int) *engine {
+	e := cloneEngine(x.init)
+	for addr, b := range e.live {
+		if at, ok := x.preFreedAt[addr]; b.pending || (ok && at <= p) {
+			delete(e.live, addr)
+		}
+	}
+	for i := 0; i <= p && i < len(x.evs); i++ {
+		if ev := &x.evs[i]; ev.Action == snapshot.ActionAlloc && (x.freedAt[i] < 0 || int(x.freedAt[i]) > p) {
+			e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1})
+		}
+	}
+	e.next = p + 1
+	return e
+}
+
+// siteID finds the id of a site (false: no event or block of the trace has it).
+func (x *TimelineIndex) siteID(id SiteIdentity) (int32, bool) {
+	k := id.key()
+	for i, s := range x.sites {
+		if s.key() == k {
+			return int32(i), true
+		}
+	}
+	return 0, false
+}
+
+// apply adds event i's change to band totals cur; it returns the band changed (-1: none; the
+// second band when an event changed two).
+func (tb *TimelineBands) apply(cur []int64, i int) int {
+	x := tb.x
+	switch s := x.site[i]; {
+	case s >= 0:
+		prev := x.startAlloc
+		if i > 0 {
+			prev = x.alloc[i-1]
+		}
+		b := int(tb.bandOf[s])
+		cur[b] += x.alloc[i] - prev
+		return b
+	case s == -2:
+		d := x.extra[i]
+		cur[tb.bandOf[d[0].site]] += d[0].bytes
+		b := int(tb.bandOf[d[1].site])
+		cur[b] += d[1].bytes
+		return b
+	}
+	return -1
+}
+
+// At returns the band totals after event i (-1: before the first event).
+func (tb *TimelineBands) At(i int) []int64 {
+	if i < 0 || len(tb.cps) == 0 {
+		return slices.Clone(tb.start)
+	}
+	k := i / timelineCheckpoint
+	cur := slices.Clone(tb.cps[k])
+	for j := k * timelineCheckpoint; j <= i; j++ {
+		tb.apply(cur, j)
+	}
+	return cur
+}
+
+// window checks and completes a window of events.
+func (x *TimelineIndex) window(start, end int) (int, int, error) {
+	n := len(x.evs)
+	if end <= 0 {
+		end = n
+	}
+	if start < 0 || start >= n || end > n || start >= end {
+		return 0, 0, fmt.Errorf("%s: window %d:%d is outside device %d's trace (events 0:%d)", x.snap.Path, start, end, x.dev, n)
+	}
+	return start, end, nil
+}
+
+// Series cuts events [start, end) into columns (by event index, or by time for TimelineXTime).
+// Each column keeps the minimum and maximum of allocated and reserved bytes after its events,
+// and the band totals where allocated bytes are highest.
+func (tb *TimelineBands) Series(start, end, columns int, xAxis string) (*TimelineSeries, error) {
+	x := tb.x
+	start, end, err := x.window(start, end)
+	if err != nil {
+		return nil, err
+	}
+	if columns <= 0 {
+		columns = DefaultTimelineColumns
+	}
+	if xAxis == "" {
+		xAxis = TimelineXEvent
+	}
+	if xAxis == TimelineXTime && !x.timeOK {
+		return nil, fmt.Errorf("%s: the trace has no time_us on every event (or times go backwards): draw it by event index", x.snap.Path)
+	}
+	s := &TimelineSeries{Start: start, End: end, X: xAxis, EventTime: func(i int) int64 {
+		if i < 0 || i >= len(x.evs) {
+			return 0
+		}
+		return x.evs[i].TimeUS
+	}}
+	n := end - start
+	var bounds func(c int) (int, int) // events of column c: [lo, hi)
+	if xAxis == TimelineXTime {
+		t0, t1 := x.evs[start].TimeUS, x.evs[end-1].TimeUS
+		s.T0, s.T1 = t0, t1
+		span := t1 - t0 + 1
+		columns = int(min(int64(columns), span))
+		at := func(c int) int { // first event at or after the column's start time
+			t := t0 + span*int64(c)/int64(columns)
+			return start + sort.Search(n, func(i int) bool { return x.evs[start+i].TimeUS >= t })
+		}
+		bounds = func(c int) (int, int) { return at(c), at(c + 1) }
+	} else {
+		columns = min(columns, n)
+		bounds = func(c int) (int, int) {
+			return start + int(int64(n)*int64(c)/int64(columns)), start + int(int64(n)*int64(c+1)/int64(columns))
+		}
+	}
+	s.Columns = make([]TimelineColumn, columns)
+	for c := range columns {
+		lo, hi := bounds(c)
+		col := TimelineColumn{First: lo, Last: hi - 1}
+		if hi > lo {
+			st := x.stats(lo, hi-1)
+			col.MinAllocated, col.MaxAllocated, col.MaxEvent = st.minA, st.maxA, st.argA
+			col.MinReserved, col.MaxReserved = st.minR, st.maxR
+		} else { // no event in this column: the state after the last event before it
+			col.MaxEvent = lo - 1
+			a, r := x.after(lo - 1)
+			col.MinAllocated, col.MaxAllocated, col.MinReserved, col.MaxReserved = a, a, r, r
+		}
+		col.Bands = tb.At(col.MaxEvent)
+		s.Columns[c] = col
+	}
+	return s, nil
+}
+
+// after is allocated and reserved bytes after event i (-1: before the first).
+func (x *TimelineIndex) after(i int) (int64, int64) {
+	if i < 0 {
+		return x.startAlloc, x.startRes
+	}
+	return x.alloc[i], x.res[i]
+}
+
+// Result is the facts of events [start, end) drawn with these bands (Series not filled).
+func (tb *TimelineBands) Result(start, end int) (*TimelineResult, error) {
+	x := tb.x
+	start, end, err := x.window(start, end)
+	if err != nil {
+		return nil, err
+	}
+	st := x.stats(start, end-1)
+	r := &TimelineResult{Path: x.snap.Path, Device: x.dev, Events: len(x.evs), Start: start, End: end, X: TimelineXEvent,
+		StartUS: x.evs[start].TimeUS, EndUS: x.evs[end-1].TimeUS, Reserved: x.hasSegEvents,
+		PeakAllocatedBytes: st.maxA, PeakEvent: st.argA, PeakTimeUS: x.evs[st.argA].TimeUS,
+		PeakReservedBytes: st.maxR, PeakReservedEvent: st.argR,
+		EndAllocated: x.alloc[end-1], EndReserved: x.res[end-1],
+		Bands: slices.Clone(tb.Bands), OOMs: []TimelineOOM{}, SegmentBursts: []TimelineBurst{}, Notes: []string{}}
+	r.StartAllocated, _ = x.after(start - 1)
+	if tb.peakEvent != st.argA {
+		// Bands chosen at another peak (a viewer zoomed in): their bytes are those at this peak.
+		at := tb.At(st.argA)
+		for i := range r.Bands {
+			r.Bands[i].BytesAtPeak = at[i]
+			r.Bands[i].Percent = pct(at[i], st.maxA)
+		}
+	}
+	for i := start; i < end; i++ {
+		if ev := x.evs[i]; ev.Action == snapshot.ActionOOM && len(r.OOMs) < maxTimelineMarkers {
+			r.OOMs = append(r.OOMs, TimelineOOM{Event: i, TimeUS: ev.TimeUS, RequestedBytes: ev.Size, DeviceFree: ev.DeviceFree,
+				AllocatedBytes: x.alloc[i], ReservedBytes: x.res[i]})
+		}
+	}
+	steps := x.roles.Steps(x.dev)
+	r.Steps = TimelineSteps{Source: steps.Source, StartEvents: []int{}}
+	for _, s := range steps.Starts {
+		if s >= start && s < end {
+			r.Steps.Count++
+			if len(r.Steps.StartEvents) < maxTimelineMarkers {
+				r.Steps.StartEvents = append(r.Steps.StartEvents, s)
+			}
+		}
+	}
+	if r.Steps.Source == "" {
+		r.Steps.Source = IterationsNone
+	}
+	bursts, more := x.bursts(start, end)
+	r.SegmentBursts = bursts
+	r.Notes = x.notes(r, more)
+	return r, nil
+}
+
+// bursts finds the runs of segment_free / segment_unmap events inside [start, end), named like
+// segmentBursts does (bursts.go); more counts the runs left out past maxTimelineMarkers.
+func (x *TimelineIndex) bursts(start, end int) ([]TimelineBurst, int) {
+	out := []TimelineBurst{}
+	more := 0
+	ec := map[snapshot.StackID]bool{}
+	emptyCache := func(st snapshot.StackID) bool {
+		if st <= snapshot.EmptyStack {
+			return false
+		}
+		v, ok := ec[st]
+		if !ok {
+			v = isEmptyCacheStack(x.snap.StackFrames(st))
+			ec[st] = v
+		}
+		return v
+	}
+	for i := start; i < end; {
+		if !isReleaseEvent(x.evs[i].Action) {
+			i++
+			continue
+		}
+		j := i
+		b := TimelineBurst{Kind: BurstRelease, FirstEvent: i}
+		explicit := false
+		for j < len(x.evs) && isReleaseEvent(x.evs[j].Action) {
+			b.Bytes += x.evs[j].Size
+			explicit = explicit || emptyCache(x.evs[j].Stack)
+			j++
+		}
+		b.LastEvent = j - 1
+		switch {
+		case explicit:
+			b.Kind = BurstEmptyCache
+		case j < len(x.evs) && (x.evs[j].Action == snapshot.ActionSegmentAlloc || x.evs[j].Action == snapshot.ActionSegmentMap || x.evs[j].Action == snapshot.ActionOOM):
+			b.Kind = BurstMallocRetry
+		}
+		if len(out) < maxTimelineMarkers {
+			out = append(out, b)
+		} else {
+			more++
+		}
+		i = j
+	}
+	return out, more
+}
+
+func (x *TimelineIndex) notes(r *TimelineResult, moreBursts int) []string {
+	notes := []string{}
+	caps := x.snap.Caps
+	switch {
+	case caps.TraceStart == "ring_buffer":
+		notes = append(notes, fmt.Sprintf("the trace ring buffer wrapped: %d blocks (%s) were alive before its first event and are drawn from the start", x.preBlocks, FormatBytes(x.preBytes)))
+	case x.preBlocks > 0:
+		notes = append(notes, fmt.Sprintf("the trace starts late: %d blocks (%s) were alive before its first event and are drawn from the start", x.preBlocks, FormatBytes(x.preBytes)))
+	}
+	if !x.hasSegEvents {
+		notes = append(notes, "the trace has no segment events: the reserved line is the final reserved value throughout")
+	}
+	if x.requested {
+		notes = append(notes, "the trace records requested sizes: allocated memory over time counts requested bytes")
+	}
+	if !x.consistent {
+		notes = append(notes, "the replay does not land exactly on the file's final state (see replay): the picture is the trace as recorded")
+	}
+	if d := x.dev; d < len(x.snap.DroppedEvents) && x.snap.DroppedEvents[d] > 0 {
+		notes = append(notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", x.snap.DroppedEvents[d]))
+	}
+	if r.Steps.Count > len(r.Steps.StartEvents) {
+		notes = append(notes, fmt.Sprintf("%d steps start in the window; the first %d are listed", r.Steps.Count, len(r.Steps.StartEvents)))
+	}
+	if moreBursts > 0 {
+		notes = append(notes, fmt.Sprintf("%d more segment-release bursts are not listed", moreBursts))
+	}
+	if r.Steps.Source == IterationsFromPeriodicity {
+		notes = append(notes, "guess: steps come from the trace's repeating allocation sequence (no frames say where a step starts)")
+	}
+	return notes
+}
+
+// Timeline draws device opt.Device's trace as numbers: the window [opt.Start, opt.End), the
+// sites at its allocated peak as bands (the top opt.Top, the rest as one band), reserved
+// memory, OOMs, steps and segment-release bursts, cut into opt.Columns columns that keep the
+// exact minimum and maximum of their events.
+func Timeline(ctx context.Context, snap *snapshot.Snapshot, opt TimelineOptions) (*TimelineResult, error) {
+	x, err := NewTimelineIndex(ctx, snap, opt)
+	if err != nil {
+		return nil, err
+	}
+	tb, err := x.ChooseBands(ctx, opt.Start, opt.End, opt.Top)
+	if err != nil {
+		return nil, err
+	}
+	r, err := tb.Result(opt.Start, opt.End)
+	if err != nil {
+		return nil, err
+	}
+	s, err := tb.Series(opt.Start, opt.End, opt.Columns, opt.X)
+	if err != nil {
+		return nil, err
+	}
+	r.Series, r.X, r.Columns = s, s.X, len(s.Columns)
+	return r, nil
+}
+
+// Text renders the facts of a timeline for a person or an agent.
+func (r *TimelineResult) Text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "device %d, events %d–%d of %d: allocated peak %s after event %d", r.Device, r.Start, r.End-1, r.Events,
+		FormatBytes(r.PeakAllocatedBytes), r.PeakEvent)
+	if r.PeakTimeUS > 0 && r.StartUS > 0 {
+		fmt.Fprintf(&b, " (%.3f s into the window)", float64(r.PeakTimeUS-r.StartUS)/1e6)
+	}
+	fmt.Fprintf(&b, "; reserved peak %s after event %d\n", FormatBytes(r.PeakReservedBytes), r.PeakReservedEvent)
+	b.WriteString("  bands at the peak (bottom to top):\n")
+	for _, band := range r.Bands {
+		name := band.Site
+		if band.Function != "" {
+			name += " " + band.Function
+		}
+		if band.Other {
+			name = fmt.Sprintf("%d other sites", band.Sites)
+		}
+		fmt.Fprintf(&b, "    %9s %5.1f%%  %s [%s]", FormatBytes(band.BytesAtPeak), band.Percent, name, band.Category)
+		if band.MaxBytes > band.BytesAtPeak {
+			fmt.Fprintf(&b, " (up to %s elsewhere)", FormatBytes(band.MaxBytes))
+		}
+		b.WriteString("\n")
+	}
+	for _, o := range r.OOMs {
+		fmt.Fprintf(&b, "  OOM at event %d: %s requested, %s free on the device, %s allocated / %s reserved\n",
+			o.Event, FormatBytes(o.RequestedBytes), FormatBytes(o.DeviceFree), FormatBytes(o.AllocatedBytes), FormatBytes(o.ReservedBytes))
+	}
+	if r.Steps.Count > 0 {
+		fmt.Fprintf(&b, "  %s (from %s)\n", count(r.Steps.Count, "step"), r.Steps.Source)
+	}
+	kinds := map[string]int{}
+	for _, s := range r.SegmentBursts {
+		kinds[s.Kind]++
+	}
+	for _, k := range []string{BurstEmptyCache, BurstMallocRetry, BurstRelease} {
+		if kinds[k] > 0 {
+			fmt.Fprintf(&b, "  %s of segment frees (%s)\n", count(kinds[k], "burst"), k)
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	return b.String()
+}
+
+// NoTraceError: a device has no trace, so nothing can be drawn over time.
+type NoTraceError struct {
+	Path   string
+	Device int
+}
+
+func (e *NoTraceError) Error() string {
+	return fmt.Sprintf("%s: device %d has no trace (history was not recorded, or the file holds the state only), so there is no timeline to draw", e.Path, e.Device)
+}
+
+// Picture kinds.
+const (
+	PictureTimeline = "timeline"
+	PictureSegments = "segments"
+)
+
+// PictureOptions chooses a picture: its kind, device, window or moment, bands and columns.
+type PictureOptions struct {
+	Kind string `json:"kind"`
+	// Device: nil picks the device with the most trace events (or, without a trace, the most
+	// reserved memory).
+	Device *int `json:"device"`
+	// Start, End: the timeline's window (End 0: the end of the trace).
+	Start int `json:"start"`
+	End   int `json:"end"`
+	// At: the segment map's moment (-1: the final state).
+	At          int                `json:"at"`
+	Top         int                `json:"top"`
+	Columns     int                `json:"columns"`
+	X           string             `json:"x"`
+	Attribution AttributionOptions `json:"attribution"`
+}
+
+// PictureResult is the numbers a picture draws: a timeline or a segment map.
+type PictureResult struct {
+	Kind     string            `json:"kind" jsonschema:"description=What the picture shows: timeline (memory over the trace) or segments (the segments at one moment)"`
+	Timeline *TimelineResult   `json:"timeline,omitempty" jsonschema:"description=The timeline's numbers (kind timeline)"`
+	Segments *SegmentMapResult `json:"segments,omitempty" jsonschema:"description=The segment map's numbers (kind segments)"`
+}
+
+// Text renders the numbers of the picture.
+func (p *PictureResult) Text() string {
+	if p.Timeline != nil {
+		return p.Timeline.Text()
+	}
+	if p.Segments != nil {
+		return p.Segments.Text()
+	}
+	return ""
+}
+
+// PictureDevice is the device a picture draws when none is given: the one with the most trace
+// events, else the one with the most reserved memory; a device the file lacks is an error.
+func PictureDevice(snap *snapshot.Snapshot, device *int) (int, error) {
+	devs := snap.Devices()
+	if device != nil {
+		if !slices.Contains(devs, *device) {
+			return 0, fmt.Errorf("%s: no device %d (the file has devices %v)", snap.Path, *device, devs)
+		}
+		return *device, nil
+	}
+	if len(devs) == 0 {
+		return 0, fmt.Errorf("%s: the file has no segments and no trace events: nothing to draw", snap.Path)
+	}
+	best, bestEvents, bestRes := devs[0], -1, int64(-1)
+	for _, d := range devs {
+		events := 0
+		if d < len(snap.DeviceTraces) {
+			events = len(snap.DeviceTraces[d])
+		}
+		var res int64
+		for si := range snap.Segments {
+			if snap.Segments[si].Device == d {
+				res += snap.Segments[si].TotalSize
+			}
+		}
+		if events > bestEvents || (events == bestEvents && res > bestRes) {
+			best, bestEvents, bestRes = d, events, res
+		}
+	}
+	return best, nil
+}
+
+// Picture computes the numbers of a picture of snap (see Timeline and SegmentMap).
+func Picture(ctx context.Context, snap *snapshot.Snapshot, opt PictureOptions) (*PictureResult, error) {
+	if snap == nil {
+		return nil, errors.New("picture: no snapshot")
+	}
+	dev, err := PictureDevice(snap, opt.Device)
+	if err != nil {
+		return nil, err
+	}
+	switch opt.Kind {
+	case "", PictureTimeline:
+		r, err := Timeline(ctx, snap, TimelineOptions{Device: dev, Start: opt.Start, End: opt.End, Top: opt.Top, Columns: opt.Columns, X: opt.X, Attribution: opt.Attribution})
+		if err != nil {
+			return nil, err
+		}
+		return &PictureResult{Kind: PictureTimeline, Timeline: r}, nil
+	case PictureSegments:
+		r, err := SegmentMap(ctx, snap, SegmentMapOptions{Device: dev, At: opt.At, Attribution: opt.Attribution})
+		if err != nil {
+			return nil, err
+		}
+		return &PictureResult{Kind: PictureSegments, Segments: r}, nil
+	}
+	return nil, fmt.Errorf("picture kind %q: use timeline or segments", opt.Kind)
+}

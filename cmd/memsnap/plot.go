@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/render"
+)
+
+func init() { register(newPlotCmd) }
+
+func newPlotCmd() *cobra.Command {
+	var (
+		lo     loadOptions
+		af     attributionFlags
+		opt    analysis.PictureOptions
+		ro     render.Options
+		out    string
+		window string
+		device int
+		asJSON bool
+	)
+	c := &cobra.Command{
+		Use:   "plot PATH -o FILE.svg|FILE.png",
+		Short: "Draw memory over the trace (timeline) or the segments (segment map) as SVG or PNG",
+		Long: `plot draws a picture of a snapshot.
+
+--kind timeline (the default) draws allocated memory over the trace, stacked in bands by site:
+the --top N sites holding the most at the allocated peak get a band each (coloured by role:
+parameter, gradient, optimizer_state, activation, temporary, ...), every other site shares one
+gray band. The black line is reserved memory; markers show the peak, each OOM (red), step
+starts (dotted) and segment-release bursts (triangles: empty_cache() calls, the allocator's
+cache flushes after a failed cudaMalloc). The trace is cut into one column per pixel and each
+column keeps the maximum of its events, so a peak is never smoothed away. The x axis is the
+trace event index (--x time: seconds, when every event has time_us); --window A:B draws events
+A to B-1 only (bands then come from the window's own peak).
+
+--kind segments draws every segment of the final state (or, with --at EVENT, rebuilt by replay
+after that trace event) as a bar, its blocks coloured by role when allocated, dark red when
+freed but still used by another stream, light gray when cached free. It works on files without
+a trace.
+
+The picture's format follows the file name (.svg or .png); it is written whole or not at all,
+never over the snapshot itself. The numbers drawn are printed (--json: one object).`,
+		Example: `  memsnap plot snapshot.pickle -o timeline.png
+  memsnap plot snapshot.pickle -o peak.svg --window 120000:180000 --top 12
+  memsnap plot snapshot.pickle -o segments.png --kind segments
+  memsnap plot snapshot.pickle -o before-oom.png --kind segments --at 51234`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if out == "" {
+				return fmt.Errorf("give the picture's file with -o FILE.svg or -o FILE.png (see %s --help)", c.CommandPath())
+			}
+			format, err := render.FormatOf(out)
+			if err != nil {
+				return err
+			}
+			ro.Format = format
+			if err := notTheInput(args[0], out); err != nil {
+				return err
+			}
+			switch opt.Kind {
+			case analysis.PictureTimeline, analysis.PictureSegments:
+			default:
+				return fmt.Errorf("--kind %q: use timeline or segments", opt.Kind)
+			}
+			if window != "" {
+				if opt.Kind != analysis.PictureTimeline {
+					return fmt.Errorf("--window applies to --kind timeline; use --at EVENT for segments")
+				}
+				if opt.Start, opt.End, err = parseWindow(window); err != nil {
+					return err
+				}
+			}
+			if c.Flags().Changed("at") && opt.Kind != analysis.PictureSegments {
+				return fmt.Errorf("--at applies to --kind segments; use --window A:B for a timeline")
+			}
+			if c.Flags().Changed("device") {
+				opt.Device = &device
+			}
+			if opt.Top < 1 || opt.Top > 40 {
+				return fmt.Errorf("--top %d: must be 1 to 40", opt.Top)
+			}
+			snap, err := loadSnapshot(c.Context(), args[0], lo)
+			if err != nil {
+				return err
+			}
+			opt.Attribution = af.options()
+			pic, err := analysis.Picture(c.Context(), snap, opt)
+			var nt *analysis.NoTraceError
+			if errors.As(err, &nt) {
+				return fmt.Errorf("%w; draw its segments with --kind segments", err)
+			}
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if err := render.Picture(&buf, pic, ro); err != nil {
+				return err
+			}
+			if err := writeFileAtomic(out, buf.Bytes(), true); err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(c.OutOrStdout(), pic)
+			}
+			if _, err := fmt.Fprintf(c.OutOrStdout(), "wrote %s (%s)\n", out, analysis.FormatBytes(int64(buf.Len()))); err != nil {
+				return err
+			}
+			return emit(c, false, pic)
+		},
+	}
+	lo.addFlags(c)
+	af.addFlags(c)
+	c.Flags().StringVarP(&out, "output", "o", "", "the picture to write: FILE.svg or FILE.png")
+	c.Flags().StringVar(&opt.Kind, "kind", analysis.PictureTimeline, "timeline (memory over the trace) or segments (the segments at one moment)")
+	c.Flags().IntVar(&device, "device", 0, "the CUDA device to draw (default: the one with the most trace events)")
+	c.Flags().StringVar(&window, "window", "", "timeline: draw trace events A to B-1 only (A:B; A: or :B leave one end open)")
+	c.Flags().IntVar(&opt.At, "at", -1, "segments: rebuild the segments after this trace event (default: the final state)")
+	c.Flags().IntVar(&opt.Top, "top", analysis.DefaultTimelineTop, "timeline: sites drawn as their own band (the largest at the peak); the rest share one band")
+	c.Flags().StringVar(&opt.X, "x", analysis.TimelineXEvent, "timeline: x axis, event (trace event index) or time (seconds; needs time_us on every event)")
+	c.Flags().IntVar(&ro.Width, "width", render.DefaultWidth, "picture width in pixels")
+	c.Flags().IntVar(&ro.Height, "height", render.DefaultHeight, "picture height in pixels")
+	c.Flags().StringVar(&ro.Title, "title", "", "title (default: the file's name, device and what is drawn)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print the numbers drawn as one JSON object instead of text")
+	return c
+}
+
+// parseWindow reads A:B (events A to B-1), A: (from A) or :B (up to B).
+func parseWindow(s string) (int, int, error) {
+	a, b, ok := strings.Cut(s, ":")
+	if !ok {
+		return 0, 0, fmt.Errorf("--window %q: write A:B (trace events A to B-1), A: or :B", s)
+	}
+	var start, end int
+	var err error
+	if a != "" {
+		if start, err = strconv.Atoi(a); err != nil || start < 0 {
+			return 0, 0, fmt.Errorf("--window %q: A must be an event index (0 or more)", s)
+		}
+	}
+	if b != "" {
+		if end, err = strconv.Atoi(b); err != nil || end <= start {
+			return 0, 0, fmt.Errorf("--window %q: B must be an event index above A", s)
+		}
+	}
+	return start, end, nil
+}
+
+// notTheInput refuses an output path that names the input file.
+func notTheInput(in, out string) error {
+	if in == "-" {
+		return nil
+	}
+	ai, err1 := filepath.Abs(in)
+	ao, err2 := filepath.Abs(out)
+	if err1 == nil && err2 == nil && ai == ao {
+		return fmt.Errorf("%s: the output would overwrite the input snapshot; choose another file", out)
+	}
+	si, err1 := os.Stat(in)
+	so, err2 := os.Stat(out)
+	if err1 == nil && err2 == nil && os.SameFile(si, so) {
+		return fmt.Errorf("%s: the output is the input snapshot (same file); choose another file", out)
+	}
+	return nil
+}
+
+// refuseExisting fails when path exists and force is off (checked before the work, so a long
+// load is not wasted; writeFileAtomic never replaces a file without overwrite either).
+func refuseExisting(path string, force bool) error {
+	if force {
+		return nil
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%s exists; pass --force to replace it", path)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same directory, so the
+// file is either whole or untouched. Without overwrite an existing path is an error (the file is
+// linked into place, which fails rather than replace one that appeared meanwhile).
+func writeFileAtomic(path string, data []byte, overwrite bool) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if overwrite {
+		err = os.Rename(tmp, path)
+	} else if err = os.Link(tmp, path); os.IsExist(err) {
+		return fmt.Errorf("%s exists; pass --force to replace it", path)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return nil
+}

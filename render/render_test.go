@@ -1,0 +1,130 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"image/png"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/load"
+)
+
+func picture(t *testing.T, file string, opt analysis.PictureOptions) *analysis.PictureResult {
+	t.Helper()
+	snap, err := load.File(context.Background(), "../testdata/scenarios/"+file, load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := analysis.Picture(context.Background(), snap, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// inked is the share of pixels that are not white.
+func inked(t *testing.T, data []byte, w, h int) float64 {
+	t.Helper()
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != w || b.Dy() != h {
+		t.Fatalf("PNG is %dx%d, want %dx%d", b.Dx(), b.Dy(), w, h)
+	}
+	n := 0
+	for y := range h {
+		for x := range w {
+			r, g, b, _ := img.At(x, y).RGBA()
+			if r < 0xf000 || g < 0xf000 || b < 0xf000 {
+				n++
+			}
+		}
+	}
+	return float64(n) / float64(w*h)
+}
+
+func TestTimelinePNGAndSVG(t *testing.T) {
+	p := picture(t, "growing_container_step50.pickle", analysis.PictureOptions{At: -1})
+	var buf bytes.Buffer
+	if err := Picture(&buf, p, Options{Format: PNG}); err != nil {
+		t.Fatal(err)
+	}
+	if f := inked(t, buf.Bytes(), DefaultWidth, DefaultHeight); f < 0.25 || f > 0.9 {
+		t.Errorf("timeline PNG: %.2f of the pixels drawn", f)
+	}
+	buf.Reset()
+	if err := Picture(&buf, p, Options{Format: SVG, Width: 1200, Height: 600}); err != nil {
+		t.Fatal(err)
+	}
+	svg := buf.String()
+	for _, w := range []string{"<svg", "train.py:97 train_step", "user_container", "peak 303 MiB", "trace event", "memory (MiB)"} {
+		if !strings.Contains(svg, w) {
+			t.Errorf("SVG lacks %q", w)
+		}
+	}
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		if _, err := dec.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+	}
+}
+
+func TestSegmentsPNG(t *testing.T) {
+	p := picture(t, "fragmentation_oom.pickle", analysis.PictureOptions{Kind: analysis.PictureSegments, At: -1})
+	var buf bytes.Buffer
+	if err := Picture(&buf, p, Options{Format: PNG, Width: 1200, Height: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if f := inked(t, buf.Bytes(), 1200, 600); f < 0.2 {
+		t.Errorf("segments PNG: %.2f of the pixels drawn", f)
+	}
+}
+
+// TestLayoutSegments: segments never overlap, rows hold at most their capacity, every segment
+// is placed once and the rows stay within the bound.
+func TestLayoutSegments(t *testing.T) {
+	p := picture(t, "fragmentation_oom.pickle", analysis.PictureOptions{Kind: analysis.PictureSegments, At: -1})
+	m := p.Segments
+	l := LayoutSegments(m, 1000, 12)
+	if len(l.Placed) != len(m.Map) || l.Rows < 1 || l.Rows > 12 {
+		t.Fatalf("%d placed of %d, %d rows", len(l.Placed), len(m.Map), l.Rows)
+	}
+	seen := map[int]bool{}
+	ends := map[int]int64{}
+	for _, pl := range l.Placed {
+		if seen[pl.Segment] {
+			t.Fatalf("segment %d placed twice", pl.Segment)
+		}
+		seen[pl.Segment] = true
+		if pl.Offset < ends[pl.Row] {
+			t.Fatalf("segment %d overlaps in row %d", pl.Segment, pl.Row)
+		}
+		end := pl.Offset + m.Map[pl.Segment].Size
+		if end > l.Capacity {
+			t.Fatalf("segment %d ends at %d past the row capacity %d", pl.Segment, end, l.Capacity)
+		}
+		ends[pl.Row] = end
+	}
+}
+
+func TestFormatOf(t *testing.T) {
+	for in, want := range map[string]string{"a.svg": SVG, "B.PNG": PNG, "x/y.png": PNG} {
+		if got, err := FormatOf(in); err != nil || got != want {
+			t.Errorf("%s: %s, %v", in, got, err)
+		}
+	}
+	if _, err := FormatOf("a.jpg"); err == nil {
+		t.Error("a.jpg: no error")
+	}
+	if err := Picture(io.Discard, &analysis.PictureResult{}, Options{Format: PNG}); err == nil {
+		t.Error("empty picture: no error")
+	}
+}

@@ -1,0 +1,304 @@
+// Package render draws memsnap's pictures — the memory timeline of a trace and the segment map
+// of a moment — as SVG or PNG, from the numbers package analysis computes (it computes nothing
+// itself beyond layout). Drawing goes through gonum.org/v1/plot's vector canvas: vgsvg writes
+// SVG, vgimg rasterizes PNG with the Liberation fonts the library embeds, so a picture looks
+// the same on every machine and needs no system font or browser.
+package render
+
+import (
+	"bytes"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	xfont "golang.org/x/image/font"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/memsnap/memsnap/analysis"
+)
+
+// Picture formats.
+const (
+	SVG = "svg"
+	PNG = "png"
+)
+
+// Default picture size in pixels.
+const (
+	DefaultWidth  = 1400
+	DefaultHeight = 700
+	dpi           = 96
+)
+
+// Options sizes a picture.
+type Options struct {
+	Format string // SVG or PNG
+	// Width and Height in pixels (0: DefaultWidth x DefaultHeight).
+	Width, Height int
+	// Title replaces the default title (the file's name and what is drawn).
+	Title string
+}
+
+// FormatOf returns the picture format a file name asks for (.svg or .png).
+func FormatOf(path string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg":
+		return SVG, nil
+	case ".png":
+		return PNG, nil
+	}
+	return "", fmt.Errorf("%s: the picture's name must end in .svg or .png", path)
+}
+
+func (o Options) size() (int, int) {
+	w, h := o.Width, o.Height
+	if w <= 0 {
+		w = DefaultWidth
+	}
+	if h <= 0 {
+		h = DefaultHeight
+	}
+	return w, h
+}
+
+// px converts pixels to the canvas's points.
+func px(n float64) vg.Length { return vg.Length(n * 72 / dpi) }
+
+// newCanvas makes the canvas of a picture.
+func newCanvas(o Options) (vg.CanvasWriterTo, draw.Canvas, error) {
+	w, h := o.size()
+	if w < 300 || h < 200 || w > 10000 || h > 10000 {
+		return nil, draw.Canvas{}, fmt.Errorf("picture size %dx%d: width must be 300 to 10000 pixels and height 200 to 10000", w, h)
+	}
+	var c vg.CanvasWriterTo
+	switch o.Format {
+	case SVG:
+		c = vgsvg.NewWith(vgsvg.UseWH(px(float64(w)), px(float64(h))))
+	case PNG:
+		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(px(float64(w)), px(float64(h))), vgimg.UseDPI(dpi), vgimg.UseBackgroundColor(color.White))}
+	default:
+		return nil, draw.Canvas{}, fmt.Errorf("picture format %q: use svg or png", o.Format)
+	}
+	dc := draw.New(c)
+	if o.Format == SVG {
+		dc.FillPolygon(color.White, []vg.Point{{X: dc.Min.X, Y: dc.Min.Y}, {X: dc.Max.X, Y: dc.Min.Y}, {X: dc.Max.X, Y: dc.Max.Y}, {X: dc.Min.X, Y: dc.Max.Y}})
+	}
+	return c, dc, nil
+}
+
+// finish writes the canvas out.
+func finish(w io.Writer, c vg.CanvasWriterTo) error {
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// Fonts.
+var (
+	sans     = font.Font{Typeface: "Liberation", Variant: "Sans"}
+	sansBold = font.Font{Typeface: "Liberation", Variant: "Sans", Weight: xfont.WeightBold}
+)
+
+func textStyle(size float64, bold bool, clr color.Color) text.Style {
+	f := sans
+	if bold {
+		f = sansBold
+	}
+	return text.Style{Color: clr, Font: font.From(f, px(size)), Handler: plot.DefaultTextHandler, XAlign: draw.XLeft, YAlign: draw.YCenter}
+}
+
+// Colours.
+var (
+	ink       = color.RGBA{0x22, 0x22, 0x22, 0xff}
+	gray      = color.RGBA{0x66, 0x66, 0x66, 0xff}
+	lightGray = color.RGBA{0xdd, 0xdd, 0xdd, 0xff}
+	gridColor = color.RGBA{0xe8, 0xe8, 0xe8, 0xff}
+	oomColor  = color.RGBA{0xc6, 0x28, 0x28, 0xff}
+	peakColor = color.RGBA{0x1a, 0x1a, 0x1a, 0xff}
+	resColor  = color.RGBA{0x1f, 0x1f, 0x1f, 0xff}
+	// inactiveColor: free cached blocks; pendingColor: blocks freed but used by another stream.
+	inactiveColor = color.RGBA{0xee, 0xee, 0xee, 0xff}
+	pendingColor  = color.RGBA{0x7a, 0x1f, 0x1f, 0xff}
+	otherBand     = color.RGBA{0xcf, 0xcf, 0xcf, 0xff}
+	burstColors   = map[string]color.RGBA{
+		analysis.BurstEmptyCache:  {0xe0, 0x7b, 0x00, 0xff},
+		analysis.BurstMallocRetry: {0xc6, 0x28, 0x28, 0xff},
+		analysis.BurstRelease:     {0x80, 0x80, 0x80, 0xff},
+	}
+)
+
+// roleColors: one hue per role (a colour-blind-safe Tableau order); long-lived memory cool,
+// what comes and goes warm, leaks red.
+var roleColors = map[string]color.RGBA{
+	analysis.CategoryParameter:         {0x4e, 0x79, 0xa7, 0xff},
+	analysis.CategoryOptimizerState:    {0x8c, 0x6b, 0xb1, 0xff},
+	analysis.CategoryGradient:          {0xf2, 0x8e, 0x2b, 0xff},
+	analysis.CategoryWorkspace:         {0x9c, 0x75, 0x5f, 0xff},
+	analysis.CategoryKVCache:           {0x76, 0xb7, 0xb2, 0xff},
+	analysis.CategoryCommunication:     {0x49, 0x98, 0x94, 0xff},
+	analysis.CategoryUserContainer:     {0xe1, 0x57, 0x59, 0xff},
+	analysis.CategoryAutocastCache:     {0xd4, 0xa6, 0xc8, 0xff},
+	analysis.CategoryActivation:        {0x59, 0xa1, 0x4f, 0xff},
+	analysis.CategoryBackwardTemporary: {0xff, 0x9d, 0xa7, 0xff},
+	analysis.CategoryTemporary:         {0xed, 0xc9, 0x48, 0xff},
+	analysis.CategoryOther:             {0xa0, 0xa0, 0xa0, 0xff},
+}
+
+// RoleColor is the colour of a role in every picture (and in the viewer), as #rrggbb.
+func RoleColor(category string) string {
+	c := roleColor(category)
+	return fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B)
+}
+
+// RoleColors is every role's colour, as #rrggbb.
+func RoleColors() map[string]string {
+	out := map[string]string{}
+	for k := range roleColors {
+		out[k] = RoleColor(k)
+	}
+	return out
+}
+
+func roleColor(category string) color.RGBA {
+	if c, ok := roleColors[category]; ok {
+		return c
+	}
+	return roleColors[analysis.CategoryOther]
+}
+
+// shade varies a role's colour for the k-th band of that role: darker and lighter in turn.
+func shade(c color.RGBA, k int) color.RGBA {
+	if k == 0 {
+		return c
+	}
+	f := 0.22 * float64((k+1)/2)
+	f = math.Min(f, 0.66)
+	mix := func(v uint8, to float64) uint8 { return uint8(math.Round(float64(v)*(1-f) + to*f)) }
+	if k%2 == 1 {
+		return color.RGBA{mix(c.R, 0), mix(c.G, 0), mix(c.B, 0), 0xff}
+	}
+	return color.RGBA{mix(c.R, 255), mix(c.G, 255), mix(c.B, 255), 0xff}
+}
+
+// BandColors gives each band its colour: its role's, varied when roles repeat; the other band gray.
+func BandColors(bands []analysis.TimelineBand) []string {
+	out := make([]string, len(bands))
+	for i, c := range bandColors(bands) {
+		out[i] = fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B)
+	}
+	return out
+}
+
+func bandColors(bands []analysis.TimelineBand) []color.RGBA {
+	seen := map[string]int{}
+	out := make([]color.RGBA, len(bands))
+	for i, b := range bands {
+		if b.Other {
+			out[i] = otherBand
+			continue
+		}
+		out[i] = shade(roleColor(b.Category), seen[b.Category])
+		seen[b.Category]++
+	}
+	return out
+}
+
+// unit picks the byte unit of an axis whose largest value is max.
+func unit(max int64) (string, float64) {
+	switch {
+	case max >= 1<<30:
+		return "GiB", 1 << 30
+	case max >= 1<<20:
+		return "MiB", 1 << 20
+	case max >= 1<<10:
+		return "KiB", 1 << 10
+	}
+	return "B", 1
+}
+
+// niceStep is a 1, 2 or 5 times a power of ten step giving about n ticks over span.
+func niceStep(span float64, n int) float64 {
+	if span <= 0 {
+		return 1
+	}
+	raw := span / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw {
+			return m * mag
+		}
+	}
+	return 10 * mag
+}
+
+// ticks are the labelled values between lo and hi.
+func ticks(lo, hi float64, n int, label func(float64) string) []plot.Tick {
+	step := niceStep(hi-lo, n)
+	var out []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9; v += step {
+		out = append(out, plot.Tick{Value: v, Label: label(v)})
+	}
+	return out
+}
+
+// numLabel formats a value without trailing zeros.
+func numLabel(v float64) string {
+	if math.Abs(v) < 1e-9 {
+		return "0"
+	}
+	s := strconv.FormatFloat(v, 'f', 2, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	return s
+}
+
+// countLabel formats an event count: 950, 12k, 1.5M.
+func countLabel(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e6:
+		return numLabel(v/1e6) + "M"
+	case a >= 1e4:
+		return numLabel(v/1e3) + "k"
+	}
+	return numLabel(v)
+}
+
+// clipText shortens s to at most n runes, with an ellipsis.
+func clipText(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// rect fills a rectangle.
+func rect(c *draw.Canvas, clr color.Color, x0, y0, x1, y1 vg.Length) {
+	c.FillPolygon(clr, []vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}})
+}
+
+// outline strokes a rectangle.
+func outline(c *draw.Canvas, sty draw.LineStyle, x0, y0, x1, y1 vg.Length) {
+	c.StrokeLines(sty, []vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}, {X: x0, Y: y0}})
+}
+
+// siteName is a site as a legend shows it: "model.py:41 forward".
+func siteName(id analysis.SiteIdentity) string {
+	s := id.Site
+	if id.Function != "" && !strings.Contains(s, id.Function) {
+		s += " " + id.Function
+	}
+	return s
+}

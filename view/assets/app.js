@@ -1,0 +1,704 @@
+// memsnap view: the timeline (zoom and pan, level of detail from the server), the band under
+// the pointer, and the segment map. No framework, no CDN: everything is served by memsnap.
+'use strict';
+
+const $ = id => document.getElementById(id);
+
+const S = {
+  meta: null,          // /api/meta
+  dev: 0,
+  tm: null,            // /api/timeline/meta for the device
+  colors: [],          // band colours
+  events: 0,
+  win: {start: 0, end: 1},
+  data: null,          // the latest /api/timeline answer
+  token: 0,
+  timer: 0,
+  selected: null,      // {band, event} or {seg, block}
+  selectedEvent: -1,
+  seg: null,           // /api/segments answer
+  segRows: [],         // per row: indexes into seg.list sorted by offset
+  drag: null,
+  drawn: 0,
+  segDrawn: 0,
+  lastZoomMS: 0,
+  ready: false,
+};
+
+// ---- formatting ----------------------------------------------------------------------------
+
+function fmtBytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = Math.abs(n), i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  const s = i === 0 ? String(v) : (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+  return (n < 0 ? '-' : '') + s + ' ' + units[i];
+}
+function fmtInt(n) { return Math.round(n).toLocaleString('en-US'); }
+function fmtCount(v) {
+  const a = Math.abs(v);
+  if (a >= 1e6) return trim(v / 1e6) + 'M';
+  if (a >= 1e4) return trim(v / 1e3) + 'k';
+  return trim(v);
+}
+function trim(v) { return String(Math.round(v * 100) / 100); }
+function unitFor(max) {
+  if (max >= 2 ** 30) return ['GiB', 2 ** 30];
+  if (max >= 2 ** 20) return ['MiB', 2 ** 20];
+  if (max >= 2 ** 10) return ['KiB', 2 ** 10];
+  return ['B', 1];
+}
+function niceStep(span, n) {
+  if (span <= 0) return 1;
+  const raw = span / n, mag = 10 ** Math.floor(Math.log10(raw));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * mag >= raw) return m * mag;
+  return 10 * mag;
+}
+function siteName(b) {
+  let s = b.site;
+  if (b.function && !s.includes(b.function)) s += ' ' + b.function;
+  return s;
+}
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url);
+  const j = await r.json();
+  if (!r.ok) throw new Error(j.error || r.statusText);
+  return j;
+}
+
+// ---- setup ---------------------------------------------------------------------------------
+
+async function init() {
+  try {
+    S.meta = await getJSON('/api/meta');
+  } catch (e) {
+    $('subtitle').textContent = 'cannot read the snapshot: ' + e.message;
+    return;
+  }
+  $('title').textContent = S.meta.name;
+  document.title = S.meta.name + ' · memsnap view';
+  const sel = $('device');
+  for (const d of S.meta.devices) {
+    const o = el('option', '', `${d.device} (${fmtInt(d.events)} events, ${fmtBytes(d.reserved_bytes)} reserved)`);
+    o.value = d.device;
+    sel.appendChild(o);
+  }
+  sel.value = S.meta.default_device;
+  sel.addEventListener('change', () => loadDevice(Number(sel.value)));
+  $('reset').addEventListener('click', () => setWindow(0, S.events));
+  $('peak').addEventListener('click', zoomToPeak);
+  $('seg-final').addEventListener('click', () => loadSegments(-1));
+  $('seg-at').addEventListener('click', () => { if (S.selectedEvent >= 0) loadSegments(S.selectedEvent); });
+  setupTimelineEvents();
+  setupSegmentEvents();
+  window.addEventListener('resize', () => { fetchColumns(0); drawSegments(); });
+  await loadDevice(S.meta.default_device);
+}
+
+async function loadDevice(dev) {
+  S.dev = dev;
+  S.data = null;
+  S.selected = null;
+  S.selectedEvent = -1;
+  $('seg-at').disabled = true;
+  S.tm = await getJSON(`/api/timeline/meta?device=${dev}`);
+  const tl = S.tm.timeline;
+  const section = $('timeline-section');
+  if (!S.tm.has_trace) {
+    section.classList.add('hidden');
+    $('peak').disabled = true;
+    $('reset').disabled = true;
+    $('subtitle').textContent = S.tm.reason;
+    $('legend').textContent = '';
+    $('ooms').textContent = '';
+  } else {
+    section.classList.remove('hidden');
+    $('peak').disabled = false;
+    $('reset').disabled = false;
+    S.colors = S.tm.colors;
+    S.events = tl.events;
+    S.win = {start: 0, end: tl.events};
+    let sub = `device ${dev} · ${fmtInt(tl.events)} events · allocated peak ${fmtBytes(tl.peak_allocated_bytes)} after event ${fmtInt(tl.peak_event)} · reserved peak ${fmtBytes(tl.peak_reserved_bytes)}`;
+    if (tl.ooms.length) sub += ` · ${tl.ooms.length} OOM`;
+    $('subtitle').textContent = sub;
+    buildLegend();
+    buildOOMButtons();
+    await fetchColumns(0);
+  }
+  await loadSegments(-1);
+  S.ready = true;
+  document.body.dataset.ready = '1';
+}
+
+function buildLegend() {
+  const ol = $('legend');
+  ol.textContent = '';
+  const bands = S.tm.timeline.bands;
+  for (let b = bands.length - 1; b >= 0; b--) {
+    const band = bands[b];
+    const li = el('li');
+    li.dataset.band = b;
+    const sw = el('span', 'swatch');
+    sw.style.background = S.colors[b];
+    li.appendChild(sw);
+    li.appendChild(el('span', 'name', band.other ? `${band.sites} other sites` : siteName(band)));
+    const sub = band.other ? `${fmtBytes(band.bytes_at_peak)} at the peak` : `${band.category} · ${fmtBytes(band.bytes_at_peak)} at the peak (${band.percent.toFixed(1)}%)`;
+    li.appendChild(el('span', 'sub', sub));
+    li.addEventListener('click', () => selectBand(b, -1));
+    ol.appendChild(li);
+  }
+}
+
+function buildOOMButtons() {
+  const span = $('ooms');
+  span.textContent = '';
+  const ooms = S.tm.timeline.ooms;
+  ooms.slice(0, 8).forEach((o, k) => {
+    const b = el('button', 'oom', ooms.length > 1 ? `OOM ${k + 1}` : 'OOM');
+    b.type = 'button';
+    b.title = `event ${fmtInt(o.event)}: ${fmtBytes(o.requested_bytes)} requested, ${fmtBytes(o.device_free_bytes)} free`;
+    b.addEventListener('click', () => zoomAround(o.event));
+    span.appendChild(b);
+  });
+}
+
+// ---- the window ----------------------------------------------------------------------------
+
+function setWindow(start, end) {
+  const n = S.events;
+  const minSpan = Math.min(n, 40);
+  let span = Math.max(minSpan, Math.min(n, end - start));
+  start = Math.max(0, Math.min(start, n - span));
+  S.win = {start: Math.round(start), end: Math.round(start + span)};
+  drawTimeline();
+  fetchColumns(40);
+}
+
+function zoomAround(event) {
+  const span = Math.max(Math.min(S.events, 200), Math.round(S.events / 40));
+  setWindow(event - span / 2, event + span / 2);
+  selectEvent(event);
+}
+
+function zoomToPeak() {
+  const tl = S.tm.timeline;
+  zoomAround(tl.peak_event);
+}
+
+function plotBox() {
+  const c = $('timeline');
+  const w = c.clientWidth, h = c.clientHeight;
+  return {w, h, left: 70, right: w - 14, top: 18, bottom: h - 40};
+}
+
+async function fetchColumns(delay) {
+  clearTimeout(S.timer);
+  const go = async () => {
+    const t = ++S.token;
+    const box = plotBox();
+    const cols = Math.max(10, Math.round(box.right - box.left));
+    const t0 = performance.now();
+    try {
+      const d = await getJSON(`/api/timeline?device=${S.dev}&start=${S.win.start}&end=${S.win.end}&cols=${cols}`);
+      if (t !== S.token) return;
+      S.lastZoomMS = performance.now() - t0;
+      S.data = d;
+      $('status').textContent = `events ${fmtInt(d.start)}–${fmtInt(d.end - 1)} · ${d.first.length} columns (each keeps its events' maximum) · answered in ${S.lastZoomMS.toFixed(0)} ms · peak here ${fmtBytes(d.peak_bytes)} after event ${fmtInt(d.peak_event)}`;
+      drawTimeline();
+    } catch (e) {
+      $('status').textContent = 'zoom failed: ' + e.message;
+      $('status').classList.add('error');
+    }
+  };
+  if (delay > 0) {
+    await new Promise(res => { S.timer = setTimeout(() => go().then(res), delay); });
+  } else {
+    await go();
+  }
+}
+
+// ---- drawing the timeline ------------------------------------------------------------------
+
+function setupCanvas(c) {
+  const dpr = window.devicePixelRatio || 1;
+  const w = c.clientWidth, h = c.clientHeight;
+  if (c.width !== Math.round(w * dpr) || c.height !== Math.round(h * dpr)) {
+    c.width = Math.round(w * dpr);
+    c.height = Math.round(h * dpr);
+  }
+  const ctx = c.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  ctx.fillStyle = '#fff';
+  ctx.fillRect(0, 0, w, h);
+  return ctx;
+}
+
+function xOf(event, box) {
+  return box.left + (event - S.win.start) / (S.win.end - S.win.start) * (box.right - box.left);
+}
+function eventAt(x, box) {
+  return S.win.start + (x - box.left) / (box.right - box.left) * (S.win.end - S.win.start);
+}
+
+// yScale is the current vertical scale: bytes at the top of the plot.
+function yTop() {
+  const d = S.data;
+  let m = 1;
+  if (d) {
+    for (let c = 0; c < d.first.length; c++) {
+      if (d.last[c] + 1 <= S.win.start || d.first[c] >= S.win.end) continue;
+      m = Math.max(m, d.alloc_max[c], d.res_max[c]);
+    }
+  }
+  return m * 1.1;
+}
+
+function drawTimeline() {
+  const c = $('timeline');
+  const ctx = setupCanvas(c);
+  const box = plotBox();
+  const d = S.data;
+  if (!d || !S.tm || !S.tm.has_trace) return;
+  const top = yTop();
+  const [uname, scale] = unitFor(top);
+  const yOf = v => box.bottom - v / top * (box.bottom - box.top);
+  // grid and y axis
+  ctx.font = '12px "Liberation Sans", Arial, sans-serif';
+  ctx.textBaseline = 'middle';
+  ctx.textAlign = 'right';
+  const ystep = niceStep(top / scale, 6);
+  for (let v = 0; v <= top / scale + 1e-9; v += ystep) {
+    const y = yOf(v * scale);
+    ctx.strokeStyle = '#ececec';
+    ctx.beginPath(); ctx.moveTo(box.left, y); ctx.lineTo(box.right, y); ctx.stroke();
+    ctx.fillStyle = '#333';
+    ctx.fillText(trim(v), box.left - 6, y);
+  }
+  ctx.save();
+  ctx.translate(16, (box.top + box.bottom) / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.textAlign = 'center';
+  ctx.fillText(`memory (${uname})`, 0, 0);
+  ctx.restore();
+  // clip to the plot
+  ctx.save();
+  ctx.beginPath(); ctx.rect(box.left, box.top - 10, box.right - box.left, box.bottom - box.top + 10); ctx.clip();
+  const tl = S.tm.timeline;
+  // step starts
+  const steps = tl.steps.start_events.filter(e => e >= S.win.start && e < S.win.end);
+  if (steps.length && steps.length < 400) {
+    ctx.strokeStyle = '#c4c4c4';
+    ctx.setLineDash([2, 3]);
+    ctx.beginPath();
+    for (const e of steps) { const x = Math.round(xOf(e, box)) + 0.5; ctx.moveTo(x, box.top); ctx.lineTo(x, box.bottom); }
+    ctx.stroke();
+    ctx.setLineDash([]);
+  }
+  // bands: one path of rectangles per band
+  const n = d.first.length;
+  const x0 = new Float64Array(n), x1 = new Float64Array(n), base = new Float64Array(n);
+  for (let k = 0; k < n; k++) {
+    x0[k] = xOf(d.first[k], box);
+    x1[k] = Math.max(xOf(d.last[k] + 1, box), x0[k] + 0.5);
+  }
+  for (let b = 0; b < d.bands.length; b++) {
+    ctx.fillStyle = S.colors[b] || '#ccc';
+    ctx.beginPath();
+    const vals = d.bands[b];
+    for (let k = 0; k < n; k++) {
+      const v = vals[k];
+      if (v > 0) {
+        const ya = yOf(base[k]), yb = yOf(base[k] + v);
+        ctx.rect(x0[k], yb, x1[k] - x0[k] + 0.3, ya - yb);
+      }
+      base[k] += v;
+    }
+    ctx.fill();
+  }
+  // reserved
+  ctx.strokeStyle = '#1f1f1f';
+  ctx.lineWidth = 1.5;
+  ctx.beginPath();
+  for (let k = 0; k < n; k++) {
+    const y = yOf(d.res_max[k]);
+    if (k === 0) ctx.moveTo(x0[k], y); else ctx.lineTo(x0[k], y);
+    ctx.lineTo(x1[k], y);
+  }
+  ctx.stroke();
+  ctx.lineWidth = 1;
+  // segment-release bursts
+  const burstColor = {empty_cache: '#e07b00', malloc_retry: '#c62828', release: '#808080'};
+  for (const b of tl.segment_bursts) {
+    if (b.first_event < S.win.start || b.first_event >= S.win.end) continue;
+    const x = xOf(b.first_event + 0.5, box);
+    ctx.fillStyle = burstColor[b.kind] || '#808080';
+    ctx.beginPath(); ctx.moveTo(x - 5, box.top - 8); ctx.lineTo(x + 5, box.top - 8); ctx.lineTo(x, box.top); ctx.fill();
+  }
+  // OOMs
+  ctx.strokeStyle = '#c62828';
+  ctx.lineWidth = 1.5;
+  for (const o of tl.ooms) {
+    if (o.event < S.win.start || o.event >= S.win.end) continue;
+    const x = xOf(o.event + 0.5, box);
+    ctx.beginPath(); ctx.moveTo(x, box.top); ctx.lineTo(x, box.bottom); ctx.stroke();
+    ctx.fillStyle = '#c62828';
+    ctx.textAlign = 'right';
+    ctx.font = 'bold 12px "Liberation Sans", Arial, sans-serif';
+    ctx.fillText('OOM', x - 4, box.top + 8);
+  }
+  ctx.lineWidth = 1;
+  // the selected event
+  if (S.selectedEvent >= S.win.start && S.selectedEvent < S.win.end) {
+    const x = xOf(S.selectedEvent + 0.5, box);
+    ctx.strokeStyle = '#2b6cb0';
+    ctx.beginPath(); ctx.moveTo(x, box.top); ctx.lineTo(x, box.bottom); ctx.stroke();
+  }
+  // the peak
+  if (tl.peak_event >= S.win.start && tl.peak_event < S.win.end) {
+    const x = xOf(tl.peak_event + 0.5, box), y = yOf(tl.peak_allocated_bytes);
+    ctx.strokeStyle = '#1a1a1a';
+    ctx.setLineDash([4, 3]);
+    ctx.beginPath(); ctx.moveTo(x, box.bottom); ctx.lineTo(x, y); ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.fillStyle = '#1a1a1a';
+    ctx.beginPath(); ctx.arc(x, y, 4, 0, 2 * Math.PI); ctx.fill();
+    ctx.font = 'bold 13px "Liberation Sans", Arial, sans-serif';
+    const label = 'peak ' + fmtBytes(tl.peak_allocated_bytes);
+    const w = ctx.measureText(label).width;
+    ctx.textAlign = x + 8 + w > box.right ? 'right' : 'left';
+    ctx.fillText(label, ctx.textAlign === 'right' ? x - 8 : x + 8, y - 8);
+  }
+  ctx.restore();
+  // x axis
+  ctx.strokeStyle = '#666';
+  ctx.beginPath(); ctx.moveTo(box.left, box.bottom + 0.5); ctx.lineTo(box.right, box.bottom + 0.5); ctx.stroke();
+  ctx.beginPath(); ctx.moveTo(box.left - 0.5, box.top); ctx.lineTo(box.left - 0.5, box.bottom); ctx.stroke();
+  ctx.fillStyle = '#333';
+  ctx.font = '12px "Liberation Sans", Arial, sans-serif';
+  ctx.textAlign = 'center';
+  ctx.textBaseline = 'top';
+  const xstep = niceStep(S.win.end - S.win.start, 8);
+  for (let v = Math.ceil(S.win.start / xstep) * xstep; v <= S.win.end; v += xstep) {
+    const x = xOf(v, box);
+    ctx.beginPath(); ctx.moveTo(x, box.bottom); ctx.lineTo(x, box.bottom + 5); ctx.stroke();
+    ctx.fillText(fmtCount(v), x, box.bottom + 7);
+  }
+  ctx.fillText('trace event', (box.left + box.right) / 2, box.bottom + 23);
+  S.drawn++;
+  c.dataset.drawn = String(S.drawn);
+}
+
+// hit finds the column and band under (x, y) of the timeline canvas.
+function hit(x, y) {
+  const d = S.data;
+  if (!d) return null;
+  const box = plotBox();
+  if (x < box.left || x > box.right || y < box.top || y > box.bottom) return null;
+  const e = eventAt(x, box);
+  let lo = 0, hi = d.first.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (d.first[mid] <= e) lo = mid; else hi = mid - 1;
+  }
+  const k = lo;
+  const top = yTop();
+  const v = (box.bottom - y) / (box.bottom - box.top) * top;
+  let acc = 0;
+  for (let b = 0; b < d.bands.length; b++) {
+    const bv = d.bands[b][k];
+    if (v >= acc && v < acc + bv) return {col: k, band: b, bytes: bv};
+    acc += bv;
+  }
+  return {col: k, band: -1, bytes: 0};
+}
+
+function setupTimelineEvents() {
+  const c = $('timeline');
+  const tip = $('tooltip');
+  c.addEventListener('wheel', ev => {
+    if (!S.data) return;
+    ev.preventDefault();
+    const box = plotBox();
+    const r = c.getBoundingClientRect();
+    const anchor = eventAt(ev.clientX - r.left, box);
+    const f = ev.deltaY > 0 ? 1.25 : 0.8;
+    const span = (S.win.end - S.win.start) * f;
+    const start = anchor - (anchor - S.win.start) * f;
+    setWindow(start, start + span);
+  }, {passive: false});
+  c.addEventListener('mousedown', ev => {
+    S.drag = {x: ev.clientX, start: S.win.start, end: S.win.end, moved: false};
+  });
+  window.addEventListener('mouseup', ev => {
+    const drag = S.drag;
+    S.drag = null;
+    if (drag && !drag.moved && ev.target === c) {
+      const r = c.getBoundingClientRect();
+      const h = hit(ev.clientX - r.left, ev.clientY - r.top);
+      if (h) {
+        selectEvent(S.data.max_event[h.col]);
+        if (h.band >= 0) selectBand(h.band, h.col);
+      }
+    }
+  });
+  c.addEventListener('mousemove', ev => {
+    const r = c.getBoundingClientRect();
+    const x = ev.clientX - r.left, y = ev.clientY - r.top;
+    if (S.drag) {
+      const dx = ev.clientX - S.drag.x;
+      if (Math.abs(dx) > 3) S.drag.moved = true;
+      if (S.drag.moved) {
+        const box = plotBox();
+        const per = (S.drag.end - S.drag.start) / (box.right - box.left);
+        setWindow(S.drag.start - dx * per, S.drag.end - dx * per);
+      }
+      tip.classList.add('hidden');
+      return;
+    }
+    const h = hit(x, y);
+    if (!h || h.band < 0) { tip.classList.add('hidden'); return; }
+    const band = S.tm.timeline.bands[h.band];
+    const d = S.data;
+    const name = band.other ? `${band.sites} other sites` : siteName(band);
+    tip.textContent = `${name}\n${band.other ? 'several roles' : band.category} · ${fmtBytes(h.bytes)}\nevents ${fmtInt(d.first[h.col])}–${fmtInt(d.last[h.col])} (at ${fmtInt(d.max_event[h.col])}: ${fmtBytes(d.alloc_max[h.col])} allocated)`;
+    tip.classList.remove('hidden');
+    const left = Math.min(x + 14, c.clientWidth - tip.offsetWidth - 4);
+    tip.style.left = left + 'px';
+    tip.style.top = (y + 14) + 'px';
+  });
+  c.addEventListener('mouseleave', () => tip.classList.add('hidden'));
+  c.addEventListener('dblclick', () => setWindow(0, S.events));
+}
+
+function selectEvent(e) {
+  S.selectedEvent = e;
+  const b = $('seg-at');
+  b.disabled = e < 0;
+  b.textContent = e >= 0 ? `At event ${fmtInt(e)}` : 'At the selected event';
+  drawTimeline();
+}
+
+// ---- details -------------------------------------------------------------------------------
+
+function showDetails(title, rows, stack, note) {
+  const det = $('details');
+  det.textContent = '';
+  det.classList.remove('muted');
+  det.appendChild(el('div', 'site', title));
+  const dl = el('dl');
+  for (const [k, v] of rows) {
+    if (v === undefined || v === '') continue;
+    dl.appendChild(el('dt', '', k));
+    dl.appendChild(el('dd', '', v));
+  }
+  det.appendChild(dl);
+  if (note) det.appendChild(el('div', 'muted', note));
+  if (stack && stack.length) {
+    det.appendChild(el('div', 'muted', 'stack (innermost first):'));
+    det.appendChild(el('pre', 'stack', stack.join('\n')));
+  }
+}
+
+function selectBand(b, col) {
+  const band = S.tm.timeline.bands[b];
+  for (const li of document.querySelectorAll('#legend li')) li.classList.toggle('selected', Number(li.dataset.band) === b);
+  S.selected = {band: b, col};
+  const rows = [];
+  if (!band.other) {
+    rows.push(['role', band.category]);
+    if (band.file) rows.push(['where', `${band.file}:${band.line}${band.function ? ' in ' + band.function : ''}`]);
+    if (band.user_site && band.user_site !== band.site) rows.push(['your code', band.user_site]);
+  } else {
+    rows.push(['roles', band.roles.map(r => `${r.category} ${fmtBytes(r.bytes)}`).join(', ')]);
+  }
+  if (col >= 0 && S.data) {
+    const d = S.data;
+    rows.push(['here', `${fmtBytes(d.bands[b][col])} after event ${fmtInt(d.max_event[col])} (column: events ${fmtInt(d.first[col])}–${fmtInt(d.last[col])})`]);
+  }
+  rows.push(['at the peak', `${fmtBytes(band.bytes_at_peak)} in ${fmtInt(band.blocks_at_peak)} blocks (${band.percent.toFixed(1)}%)`]);
+  rows.push(['highest', fmtBytes(band.max_bytes)]);
+  const title = band.other ? `${band.sites} other sites` : siteName(band);
+  showDetails(title, rows, band.stack, band.evidence);
+}
+
+// ---- segments ------------------------------------------------------------------------------
+
+async function loadSegments(at) {
+  const c = $('segments');
+  $('seg-when').textContent = at >= 0 ? `after event ${fmtInt(at)} (replayed)` : 'final state';
+  try {
+    S.seg = await getJSON(`/api/segments?device=${S.dev}&at=${at}&width=${Math.round(c.clientWidth - 20)}`);
+  } catch (e) {
+    $('seg-summary').textContent = 'segments: ' + e.message;
+    return;
+  }
+  const s = S.seg;
+  let sum = `reserved ${fmtBytes(s.reserved_bytes)} in ${fmtInt(s.segments)} segments · allocated ${fmtBytes(s.allocated_bytes)}`;
+  if (s.pending_free_bytes) sum += ` · pending free ${fmtBytes(s.pending_free_bytes)}`;
+  sum += ` · inactive ${fmtBytes(s.inactive_bytes)} · largest free block ${fmtBytes(s.largest_free_bytes)}`;
+  for (const n of s.notes) sum += ' · ' + n;
+  $('seg-summary').textContent = sum;
+  S.segRows = [];
+  s.place.forEach(([row, off], i) => {
+    (S.segRows[row] = S.segRows[row] || []).push(i);
+  });
+  for (const r of S.segRows) if (r) r.sort((a, b) => s.place[a][1] - s.place[b][1]);
+  drawSegments();
+}
+
+function segBox() {
+  const c = $('segments');
+  const s = S.seg;
+  const rows = Math.max(1, s ? s.rows : 1);
+  const pitch = Math.max(6, Math.min(30, 600 / rows));
+  const h = Math.min(rows * pitch + 16, 2400);
+  if (Math.abs(c.clientHeight - h) > 1) c.style.height = h + 'px';
+  return {left: 8, right: c.clientWidth - 8, top: 8, pitch, bar: Math.max(pitch * 0.78, 2)};
+}
+
+function blockColor(blk) {
+  const s = S.seg;
+  if (blk[2] === 1) {
+    const site = s.sites[blk[3]];
+    return (site && S.meta.role_colors[site.category]) || '#a0a0a0';
+  }
+  if (blk[2] === 2) return S.meta.pending_color;
+  return S.meta.inactive_color;
+}
+
+function drawSegments() {
+  const s = S.seg;
+  if (!s) return;
+  const box = segBox();
+  const c = $('segments');
+  const ctx = setupCanvas(c);
+  const scale = (box.right - box.left) / Math.max(s.row_bytes, 1);
+  ctx.lineWidth = 0.6;
+  for (let i = 0; i < s.list.length; i++) {
+    const seg = s.list[i];
+    const [row, off] = s.place[i];
+    const y = box.top + row * box.pitch;
+    const x = box.left + off * scale;
+    let runX = 0, runColor = null;
+    const flush = end => { if (runColor) { ctx.fillStyle = runColor; ctx.fillRect(runX, y, end - runX, box.bar); runColor = null; } };
+    for (const blk of seg.blocks) {
+      const bx0 = x + blk[0] * scale, bx1 = bx0 + blk[1] * scale;
+      const color = blockColor(blk);
+      if (bx1 - bx0 < 1.5) {
+        if (runColor && runColor !== color) flush(bx0);
+        if (!runColor) { runX = bx0; runColor = color; }
+        continue;
+      }
+      flush(bx0);
+      ctx.fillStyle = color;
+      ctx.fillRect(bx0, y, bx1 - bx0, box.bar);
+      if (blk[2] !== 3 && bx1 - bx0 >= 4) {
+        ctx.fillStyle = '#fff';
+        ctx.fillRect(bx1 - 0.5, y, 0.8, box.bar);
+      }
+    }
+    flush(x + seg.size * scale);
+    ctx.strokeStyle = '#555';
+    ctx.strokeRect(x, y, seg.size * scale, box.bar);
+  }
+  S.segDrawn++;
+  c.dataset.drawn = String(S.segDrawn);
+}
+
+// segHit finds the segment and block under (x, y) of the segment canvas.
+function segHit(x, y) {
+  const s = S.seg;
+  if (!s) return null;
+  const box = segBox();
+  const row = Math.floor((y - box.top) / box.pitch);
+  if (row < 0 || !S.segRows[row] || (y - box.top) - row * box.pitch > box.bar) return null;
+  const scale = (box.right - box.left) / Math.max(s.row_bytes, 1);
+  const off = (x - box.left) / scale;
+  for (const i of S.segRows[row]) {
+    const start = s.place[i][1], seg = s.list[i];
+    if (off >= start && off < start + seg.size) {
+      const rel = off - start;
+      let lo = 0, hi = seg.blocks.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (seg.blocks[mid][0] <= rel) lo = mid; else hi = mid - 1;
+      }
+      return {seg: i, block: lo};
+    }
+  }
+  return null;
+}
+
+const stateNames = {1: 'allocated', 2: 'freed, waiting for another stream (pending free)', 3: 'cached free (inactive)'};
+
+function setupSegmentEvents() {
+  const c = $('segments');
+  const tip = $('tooltip');
+  c.addEventListener('mousemove', ev => {
+    const r = c.getBoundingClientRect();
+    const h = segHit(ev.clientX - r.left, ev.clientY - r.top);
+    c.title = '';
+    if (!h) return;
+    const seg = S.seg.list[h.seg], blk = seg.blocks[h.block];
+    const site = blk[3] >= 0 ? S.seg.sites[blk[3]] : null;
+    c.title = `${fmtBytes(blk[1])} ${stateNames[blk[2]]}${site ? '\n' + siteName(site) + ' · ' + site.category : ''}\nsegment ${seg.address}: ${fmtBytes(seg.size)} ${seg.type}, stream ${seg.stream}`;
+  });
+  c.addEventListener('click', ev => {
+    const r = c.getBoundingClientRect();
+    const h = segHit(ev.clientX - r.left, ev.clientY - r.top);
+    if (!h) return;
+    const seg = S.seg.list[h.seg], blk = seg.blocks[h.block];
+    const site = blk[3] >= 0 ? S.seg.sites[blk[3]] : null;
+    const rows = [['block', `${fmtBytes(blk[1])} at offset ${fmtInt(blk[0])}, ${stateNames[blk[2]]}`],
+      ['segment', `${seg.address}: ${fmtBytes(seg.size)} ${seg.type} pool, stream ${seg.stream}`]];
+    if (site) {
+      rows.unshift(['role', site.category]);
+      if (site.file) rows.push(['where', `${site.file}:${site.line}${site.function ? ' in ' + site.function : ''}`]);
+    }
+    showDetails(site ? siteName(site) : 'cached free block', rows, site ? site.stack : [], site ? site.evidence : '');
+    tip.classList.add('hidden');
+  });
+}
+
+// ---- test hooks ----------------------------------------------------------------------------
+
+// memsnapView lets a browser test find what is drawn without reading pixels by hand.
+window.memsnapView = {
+  state: S,
+  // pointForBand: page coordinates of the middle of band b in the column where it is largest.
+  pointForBand(b) {
+    const d = S.data;
+    if (!d) return null;
+    let best = -1, bv = 0;
+    for (let k = 0; k < d.first.length; k++) if (d.bands[b][k] > bv) { bv = d.bands[b][k]; best = k; }
+    if (best < 0) return null;
+    const box = plotBox();
+    const top = yTop();
+    let acc = 0;
+    for (let i = 0; i < b; i++) acc += d.bands[i][best];
+    const yv = acc + bv / 2;
+    const r = $('timeline').getBoundingClientRect();
+    const x = (xOf(d.first[best], box) + xOf(d.last[best] + 1, box)) / 2;
+    const y = box.bottom - yv / top * (box.bottom - box.top);
+    return {x: r.left + window.scrollX + x, y: r.top + window.scrollY + y};
+  },
+  // inkedPixels counts the pixels of a canvas that are not white.
+  inkedPixels(id) {
+    const c = $(id);
+    const img = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < img.length; i += 4) if (img[i] < 250 || img[i + 1] < 250 || img[i + 2] < 250) n++;
+    return n;
+  },
+  zoom(start, end) { setWindow(start, end); return fetchColumns(0); },
+};
+
+init();
