@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,9 +11,10 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/memsnap/memsnap/evals/golden"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // toolJSON is what an agent sees of a tool, as kept in the golden files.
 type toolJSON struct {
@@ -69,20 +68,8 @@ func TestGolden(t *testing.T) {
 		if err := json.Indent(&pretty, buf.Bytes(), "", "  "); err != nil {
 			t.Fatal(err)
 		}
-		file := filepath.Join("testdata", tool.Name+".golden.json")
-		if *update {
-			if err := os.WriteFile(file, pretty.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatalf("%s: %v (run go test ./tools -run Golden -update)", tool.Name, err)
-		}
-		if !bytes.Equal(want, pretty.Bytes()) {
-			t.Errorf("tool %s changed: its interface differs from %s; if the change is intended run go test ./tools -run Golden -update and review the diff", tool.Name, file)
-		}
+		golden.Check(t, filepath.Join("testdata", tool.Name+".golden.json"), pretty.Bytes(),
+			"tool "+tool.Name+"'s interface", "go test ./tools -run Golden -update")
 	}
 	want := strings.Join(slices.Sorted(slices.Values(ToolNames)), ",")
 	if got := strings.Join(names, ","); got != want {

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files of rendered output")
+	"github.com/memsnap/memsnap/evals/golden"
+)
 
 // TestRenderedGolden pins the text every command prints for a person or an agent, on the
 // committed fixtures. After an intended change: go test ./cmd/memsnap -run Golden -update,
@@ -41,20 +39,8 @@ func TestRenderedGolden(t *testing.T) {
 			}
 			// Paths differ between checkouts only in the fixture directory's prefix.
 			out = strings.ReplaceAll(out, scenarios, "testdata/scenarios")
-			path := filepath.Join("testdata", "golden", c.golden)
-			if *update {
-				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./cmd/memsnap -run Golden -update)", err)
-			}
-			if out != string(want) {
-				t.Errorf("memsnap %s output differs from %s:\n--- got\n%s\n--- want\n%s", strings.Join(c.args, " "), path, out, want)
-			}
+			golden.Check(t, filepath.Join("testdata", "golden", c.golden), []byte(out),
+				"memsnap "+strings.Join(c.args, " "), "go test ./cmd/memsnap -run Golden -update")
 		})
 	}
 }

@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/memsnap/memsnap/evals/golden"
 )
 
 // TestWhatIfGolden pins what `memsnap whatif` prints (go test ./cmd/memsnap -run WhatIfGolden
@@ -26,20 +27,8 @@ func TestWhatIfGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			out = strings.ReplaceAll(out, scenarios, "testdata/scenarios")
-			path := filepath.Join("testdata", "golden", c.golden)
-			if *update {
-				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./cmd/memsnap -run WhatIfGolden -update)", err)
-			}
-			if out != string(want) {
-				t.Errorf("memsnap %s output differs from %s:\n--- got\n%s\n--- want\n%s", strings.Join(c.args, " "), path, out, want)
-			}
+			golden.Check(t, filepath.Join("testdata", "golden", c.golden), []byte(out),
+				"memsnap "+strings.Join(c.args, " "), "go test ./cmd/memsnap -run WhatIfGolden -update")
 		})
 	}
 }
