@@ -25,25 +25,25 @@ const (
 // SegmentBurst sums the runs of consecutive segment_free / segment_unmap events of one kind
 // (and, for explicit empty_cache() calls, one calling site) on a device.
 type SegmentBurst struct {
-	Device int    `json:"device" jsonschema:"description=CUDA device of the bursts"`
-	Kind   string `json:"kind" jsonschema:"description=empty_cache (explicit torch.cuda.empty_cache() calls: the frees' stacks hold torch/cuda/memory.py empty_cache)\\, malloc_retry (the allocator's cudaMalloc-failure path: a cudaMalloc failed\\, every cached unused segment was freed and the allocation retried: the device was at its limit) or release (segment frees with neither mark)"`
-	Bursts int    `json:"bursts" jsonschema:"description=Runs of consecutive segment_free / segment_unmap events of this kind"`
-	Events int    `json:"events" jsonschema:"description=segment_free / segment_unmap events in those runs"`
-	Bytes  int64  `json:"bytes" jsonschema:"description=Bytes released to the driver (cudaFree / unmap) by those runs\\, summed over every run"`
+	Device int    `json:"device"`
+	Kind   string `json:"kind"`
+	Bursts int    `json:"bursts"`
+	Events int    `json:"events"`
+	Bytes  int64  `json:"bytes"`
 	// FollowedBySegmentAlloc: bursts whose next event is a segment_alloc / segment_map;
 	// FollowedByOOM: bursts whose next event is an oom event (the retry failed).
-	FollowedBySegmentAlloc int `json:"followed_by_segment_alloc" jsonschema:"description=Bursts whose next event is a segment_alloc or segment_map (a new cudaMalloc right after the release)"`
-	FollowedByOOM          int `json:"followed_by_oom" jsonschema:"description=Bursts whose next event is an oom event (the retry after the release failed)"`
+	FollowedBySegmentAlloc int `json:"followed_by_segment_alloc"`
+	FollowedByOOM          int `json:"followed_by_oom"`
 	// ReReserved: bursts after which the trace reserves memory again (any later segment_alloc).
-	ReReserved int `json:"re_reserved" jsonschema:"description=Bursts after which the trace reserves memory again (a later segment_alloc or segment_map): the release was undone"`
-	FirstEvent int `json:"first_event" jsonschema:"description=Index in device_traces[device] of the first event of the first burst"`
-	LastEvent  int `json:"last_event" jsonschema:"description=Index in device_traces[device] of the last event of the last burst"`
+	ReReserved int `json:"re_reserved"`
+	FirstEvent int `json:"first_event"`
+	LastEvent  int `json:"last_event"`
 	// Site / UserSite: for empty_cache, the code that called empty_cache() (the frame outside
 	// torch/cuda/memory.py); for malloc_retry, the allocation whose cudaMalloc failed (the
 	// retried request), when its stack was recorded.
-	Site     string `json:"site" jsonschema:"description=empty_cache: the code calling empty_cache() (the frame outside torch/cuda/memory.py); malloc_retry: the allocation that needed the memory (the retried request); empty when no stack was recorded"`
-	UserSite string `json:"user_site" jsonschema:"description=The innermost frame of that stack in the user's own files (empty when none)"`
-	Advice   string `json:"advice" jsonschema:"description=One-line verdict and what to do"`
+	Site     string `json:"site"`
+	UserSite string `json:"user_site"`
+	Advice   string `json:"advice"`
 }
 
 func isReleaseEvent(a snapshot.Action) bool {

@@ -33,10 +33,10 @@ type FragGroup struct {
 	Expandable  bool   `json:"expandable"`
 	// PageBytes: expandable segments map memory in pages of this size (2 MiB small, 20 MiB
 	// large) and empty_cache() unmaps only whole free pages; 0 for ordinary segments.
-	PageBytes int64 `json:"page_bytes" jsonschema:"description=Expandable segments only: the page size (2 MiB small pool\\, 20 MiB large pool); empty_cache() unmaps only whole free pages. 0 for ordinary segments"`
+	PageBytes int64 `json:"page_bytes"`
 	Segments  int   `json:"segments"`
 	// FullyFreeSegments: segments (or expandable mapped ranges) without any live block.
-	FullyFreeSegments int `json:"fully_free_segments" jsonschema:"description=Segments (expandable: mapped ranges) holding no live block"`
+	FullyFreeSegments int `json:"fully_free_segments"`
 	// ReservedBytes is the segments' total size; AllocatedBytes the allocated blocks; PendingBytes
 	// blocks freed but awaiting another stream; InactiveBytes the free blocks (external free).
 	ReservedBytes  int64 `json:"reserved_bytes"`
@@ -78,21 +78,21 @@ type FragmentationResult struct {
 	StrandedBytes        int64 `json:"stranded_bytes"`
 	// FullyFreeSegments: segments without a live block in the default pool (what empty_cache()
 	// releases whole).
-	FullyFreeSegments int `json:"fully_free_segments" jsonschema:"description=Segments of the default pool holding no live block: what empty_cache() releases whole"`
+	FullyFreeSegments int `json:"fully_free_segments"`
 	// Expandable: some segment is expandable (expandable_segments:True).
-	Expandable bool `json:"expandable" jsonschema:"description=Expandable segments are in use: free pages are unmapped at page granularity and max_split_size_mb does not apply to them"`
+	Expandable bool `json:"expandable"`
 	// LargestBlockBytes: the largest block in any state (decides whether max_split_size matters).
-	LargestBlockBytes int64 `json:"largest_block_bytes" jsonschema:"description=The largest block in any state: max_split_size_mb only changes anything for blocks at least that large"`
+	LargestBlockBytes int64 `json:"largest_block_bytes"`
 	// DeviceAtLimit: the device reached its memory limit: the trace has oom events or cudaMalloc
 	// retries, or reserved is within 10% of the given device size.
-	DeviceAtLimit bool `json:"device_at_limit" jsonschema:"description=The device reached its limit: the trace holds oom events or the allocator's cudaMalloc-failure retries\\, or reserved is within 10% of the given device size"`
+	DeviceAtLimit bool `json:"device_at_limit"`
 	// Verdict is the one-line answer: empty, little_free, cache, small, fragmented or
 	// page_granularity, with Summary saying it in words.
-	Verdict string `json:"verdict" jsonschema:"description=empty (nothing reserved)\\, little_free (under 10% of reserved is free)\\, cache (fully free segments: cache left after a peak\\, not fragmentation)\\, small (too little memory to matter)\\, fragmented (free memory stranded next to live blocks) or page_granularity (expandable segments: free memory left only in pages shared with live blocks)"`
-	Summary string `json:"summary" jsonschema:"description=The verdict in one sentence\\, with the numbers"`
+	Verdict string `json:"verdict"`
+	Summary string `json:"summary"`
 	// SegmentBursts: runs of segment_free / segment_unmap events in the trace (explicit
 	// empty_cache() calls, cudaMalloc-failure retries).
-	SegmentBursts []SegmentBurst `json:"segment_bursts" jsonschema:"description=Runs of consecutive segment_free / segment_unmap events in the trace: explicit torch.cuda.empty_cache() calls (with the calling site) or the allocator's cudaMalloc-failure retries (the device at its limit)"`
+	SegmentBursts []SegmentBurst `json:"segment_bursts"`
 	Groups        []FragGroup    `json:"groups"`
 	TotalGroups   int            `json:"total_groups"`
 	Advice        []string       `json:"advice"`

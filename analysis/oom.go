@@ -78,18 +78,18 @@ type OOMEvent struct {
 	// OutsidePyTorchBytes (outside_pytorch verdicts) is device total − reserved − device free:
 	// memory held by other processes, the CUDA context or other libraries. When the device size
 	// was estimated it is only a lower bound (the smallest plausible device): OutsidePyTorchLowerBound.
-	OutsidePyTorchBytes      int64 `json:"outside_pytorch_bytes" jsonschema:"description=Device total minus reserved minus device free at the OOM\\, for every verdict: memory held by other processes\\, the CUDA context or other libraries. A lower bound when the device size was estimated (outside_pytorch_lower_bound)"`
+	OutsidePyTorchBytes      int64 `json:"outside_pytorch_bytes"`
 	OutsidePyTorchLowerBound bool  `json:"outside_pytorch_lower_bound"`
 	// Workload is the device's workload (training, inference, unknown) and HasBackward whether
 	// its trace or live blocks show a backward pass: they decide which fixes apply.
-	Workload    string `json:"workload" jsonschema:"description=training\\, inference or unknown (as summarize says): inference never gets activation checkpointing"`
-	HasBackward bool   `json:"has_backward" jsonschema:"description=The device's trace or live blocks show a backward pass: activation checkpointing is advised only then"`
+	Workload    string `json:"workload"`
+	HasBackward bool   `json:"has_backward"`
 	// Unwound: the file was written after the OOM and the pass unwound (the exception freed its
 	// tensors): UnwoundBlocks / UnwoundBytes were freed between the OOM event and the end of the
 	// trace (or the next OOM).
-	Unwound       bool      `json:"unwound" jsonschema:"description=The file was written after the OOM: its final state is after the exception unwound the pass\\, so the live sites come from replaying the trace up to the OOM event"`
-	UnwoundBlocks int       `json:"unwound_blocks" jsonschema:"description=Blocks freed after the OOM event (up to the next OOM or the end of the trace)"`
-	UnwoundBytes  int64     `json:"unwound_bytes" jsonschema:"description=Bytes of those blocks"`
+	Unwound       bool      `json:"unwound"`
+	UnwoundBlocks int       `json:"unwound_blocks"`
+	UnwoundBytes  int64     `json:"unwound_bytes"`
 	LiveSites     []OOMSite `json:"live_sites"`
 	// Dominant is the category holding the most live memory (for capacity OOMs).
 	Dominant      string   `json:"dominant"`
@@ -99,7 +99,7 @@ type OOMEvent struct {
 	Fixes         []string `json:"fixes"`
 	// ExpandableWhatIf: the trace replayed with expandable segments at this OOM (whatif.go);
 	// absent when the file already uses them or has no trace to replay.
-	ExpandableWhatIf *OOMWhatIf `json:"expandable_what_if,omitempty" jsonschema:"description=The trace replayed through the allocator model with expandable_segments:True at the capacity of the first OOM: whether this request would have been served\\, with the headroom (by replay\\, not by rule of thumb); absent when the file already uses expandable segments"`
+	ExpandableWhatIf *OOMWhatIf `json:"expandable_what_if,omitempty"`
 }
 
 // OOMResult lists every oom event of a file.

@@ -154,7 +154,7 @@ type ReplayResult struct {
 	SizesAreRequested bool `json:"sizes_are_requested"`
 	// SegmentBursts: runs of segment_free / segment_unmap events, named (explicit empty_cache()
 	// calls, the allocator's cudaMalloc-failure retries) with their advice (bursts.go).
-	SegmentBursts []SegmentBurst `json:"segment_bursts" jsonschema:"description=Runs of consecutive segment_free / segment_unmap events by kind: explicit torch.cuda.empty_cache() calls (with the calling site) or the allocator's cudaMalloc-failure retries (the device at its limit)\\, with a verdict"`
+	SegmentBursts []SegmentBurst `json:"segment_bursts"`
 	Notes         []string       `json:"notes"`
 }
 

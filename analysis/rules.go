@@ -13,8 +13,8 @@ import (
 // Rule is one of the user's own categories (like Mosaic's custom profile): blocks whose stack has
 // a frame whose "file:function" matches Pattern are grouped under Name.
 type Rule struct {
-	Name    string `json:"name" jsonschema:"description=The category's name: matched groups carry it as rule and use it as their site"`
-	Pattern string `json:"pattern" jsonschema:"description=Regular expression (Go RE2 syntax) over a frame's file:function\\, e.g. data/loader\\.py:collate"`
+	Name    string `json:"name"`
+	Pattern string `json:"pattern"`
 	re      *regexp.Regexp
 }
 

@@ -21,22 +21,22 @@ type SegmentMapOptions struct {
 // SegmentMapResult is a device's segments at one moment, as numbers; Map and Sites hold what
 // a picture draws (not serialised).
 type SegmentMapResult struct {
-	Path   string `json:"path" jsonschema:"description=The snapshot file"`
-	Device int    `json:"device" jsonschema:"description=CUDA device drawn"`
+	Path   string `json:"path"`
+	Device int    `json:"device"`
 	// At: the trace event after which the segments are shown; -1 for the file's final state.
-	At     int    `json:"at" jsonschema:"description=Trace event after which the segments are shown (rebuilt by replay); -1 for the file's final state"`
-	Source string `json:"source" jsonschema:"description=final_state (the segments as the file holds them) or replay (rebuilt from the trace up to the event)"`
+	At     int    `json:"at"`
+	Source string `json:"source"`
 	// Segments and blocks drawn.
-	Segments            int         `json:"segments" jsonschema:"description=Segments drawn"`
-	Blocks              int         `json:"blocks" jsonschema:"description=Blocks drawn (inactive ones included)"`
-	ReservedBytes       int64       `json:"reserved_bytes" jsonschema:"description=Bytes of the segments (reserved)"`
-	AllocatedBytes      int64       `json:"allocated_bytes" jsonschema:"description=Bytes of allocated blocks"`
-	PendingFreeBytes    int64       `json:"pending_free_bytes" jsonschema:"description=Bytes of blocks freed but waiting for another stream (active_pending_free)"`
-	InactiveBytes       int64       `json:"inactive_bytes" jsonschema:"description=Bytes of free cached blocks (inactive)"`
-	LargestSegmentBytes int64       `json:"largest_segment_bytes" jsonschema:"description=The largest segment"`
-	LargestFreeBytes    int64       `json:"largest_free_bytes" jsonschema:"description=The largest inactive block: the largest request the cache can serve without cudaMalloc (per pool and stream)"`
-	Roles               []RoleBytes `json:"roles" jsonschema:"description=Allocated bytes by role\\, largest first"`
-	Notes               []string    `json:"notes" jsonschema:"description=What the map cannot show"`
+	Segments            int         `json:"segments"`
+	Blocks              int         `json:"blocks"`
+	ReservedBytes       int64       `json:"reserved_bytes"`
+	AllocatedBytes      int64       `json:"allocated_bytes"`
+	PendingFreeBytes    int64       `json:"pending_free_bytes"`
+	InactiveBytes       int64       `json:"inactive_bytes"`
+	LargestSegmentBytes int64       `json:"largest_segment_bytes"`
+	LargestFreeBytes    int64       `json:"largest_free_bytes"`
+	Roles               []RoleBytes `json:"roles"`
+	Notes               []string    `json:"notes"`
 	// Map: the segments drawn, by address; Sites: the sites their blocks point to.
 	Map   []MapSegment `json:"-"`
 	Sites []MapSite    `json:"-"`

@@ -21,14 +21,14 @@ type SummaryOptions struct {
 
 // MemoryTotals are the allocator's byte counts over a set of segments.
 type MemoryTotals struct {
-	ReservedBytes      int64 `json:"reserved_bytes" jsonschema:"description=Sum of segment total_size: memory PyTorch holds from the driver (cudaMalloc)"`
-	AllocatedBytes     int64 `json:"allocated_bytes" jsonschema:"description=Sum of active_allocated block sizes: memory held by live tensors (rounded sizes)"`
-	PendingFreeBytes   int64 `json:"pending_free_bytes" jsonschema:"description=Sum of active_pending_free blocks: freed by the tensor but still in use by another stream"`
-	InactiveBytes      int64 `json:"inactive_bytes" jsonschema:"description=Sum of inactive blocks: cached and reusable free memory inside segments"`
-	RequestedBytes     int64 `json:"requested_bytes" jsonschema:"description=Bytes the allocated blocks' tensors asked for (before rounding)"`
-	RoundingWasteBytes int64 `json:"rounding_waste_bytes" jsonschema:"description=allocated_bytes minus requested_bytes: internal waste from size rounding and splitting"`
-	Segments           int   `json:"segments" jsonschema:"description=Number of segments"`
-	Blocks             int   `json:"blocks" jsonschema:"description=Number of blocks in those segments"`
+	ReservedBytes      int64 `json:"reserved_bytes"`
+	AllocatedBytes     int64 `json:"allocated_bytes"`
+	PendingFreeBytes   int64 `json:"pending_free_bytes"`
+	InactiveBytes      int64 `json:"inactive_bytes"`
+	RequestedBytes     int64 `json:"requested_bytes"`
+	RoundingWasteBytes int64 `json:"rounding_waste_bytes"`
+	Segments           int   `json:"segments"`
+	Blocks             int   `json:"blocks"`
 }
 
 func (t *MemoryTotals) add(o MemoryTotals) {
@@ -56,61 +56,61 @@ func (t *MemoryTotals) addSegment(seg *snapshot.Segment) {
 
 // PoolSummary is one (pool, stream, segment type) group of segments.
 type PoolSummary struct {
-	Pool        string `json:"pool" jsonschema:"description=default or private(a\\,b) for private pools such as CUDA graphs"`
-	Stream      uint64 `json:"stream" jsonschema:"description=Raw cudaStream_t (0 = default stream)"`
-	SegmentType string `json:"segment_type" jsonschema:"description=small (requests up to 1 MiB) or large"`
-	Expandable  bool   `json:"expandable" jsonschema:"description=Segments are expandable virtual ranges"`
+	Pool        string `json:"pool"`
+	Stream      uint64 `json:"stream"`
+	SegmentType string `json:"segment_type"`
+	Expandable  bool   `json:"expandable"`
 	MemoryTotals
-	LargestInactiveBlockBytes int64 `json:"largest_inactive_block_bytes" jsonschema:"description=Largest cached free block: the largest request this pool and stream can serve without new memory"`
+	LargestInactiveBlockBytes int64 `json:"largest_inactive_block_bytes"`
 }
 
 // TraceSummary describes a device's recorded trace.
 type TraceSummary struct {
-	Events             int           `json:"events" jsonschema:"description=Trace events kept for this device"`
-	DroppedEvents      int64         `json:"dropped_events" jsonschema:"description=Older events dropped by --max-trace-events"`
-	ByAction           []ActionCount `json:"by_action" jsonschema:"description=Event counts by action"`
-	FirstTimeUS        int64         `json:"first_time_us" jsonschema:"description=Time of the first event (epoch microseconds; 0 when the file has no times)"`
-	LastTimeUS         int64         `json:"last_time_us" jsonschema:"description=Time of the last event"`
-	DurationUS         int64         `json:"duration_us" jsonschema:"description=Span of the trace in microseconds"`
-	PeakAllocatedBytes int64         `json:"peak_allocated_bytes" jsonschema:"description=Peak allocated bytes from replaying the trace"`
-	PeakReservedBytes  int64         `json:"peak_reserved_bytes" jsonschema:"description=Peak reserved bytes from replaying the trace"`
-	Incomplete         bool          `json:"incomplete" jsonschema:"description=The trace does not reach back to the first allocation (recording started late or the ring buffer filled)"`
+	Events             int           `json:"events"`
+	DroppedEvents      int64         `json:"dropped_events"`
+	ByAction           []ActionCount `json:"by_action"`
+	FirstTimeUS        int64         `json:"first_time_us"`
+	LastTimeUS         int64         `json:"last_time_us"`
+	DurationUS         int64         `json:"duration_us"`
+	PeakAllocatedBytes int64         `json:"peak_allocated_bytes"`
+	PeakReservedBytes  int64         `json:"peak_reserved_bytes"`
+	Incomplete         bool          `json:"incomplete"`
 }
 
 // DeviceSummary is one device's memory.
 type DeviceSummary struct {
-	Device int `json:"device" jsonschema:"description=CUDA device index"`
+	Device int `json:"device"`
 	MemoryTotals
-	Pools        []PoolSummary `json:"pools" jsonschema:"description=Segments grouped by pool\\, stream and segment type\\, largest reserved first"`
-	PoolsOmitted int           `json:"pools_omitted" jsonschema:"description=Pool groups left out by the limit"`
-	Trace        TraceSummary  `json:"trace" jsonschema:"description=What the device trace covers"`
-	OOMs         int           `json:"ooms" jsonschema:"description=Number of oom events in the trace"`
-	Workload     string        `json:"workload" jsonschema:"description=training\\, inference or unknown: what the frames nearest the allocations show (backward pass\\, optimizer step\\, no_grad decorators\\, KV caches)"`
+	Pools        []PoolSummary `json:"pools"`
+	PoolsOmitted int           `json:"pools_omitted"`
+	Trace        TraceSummary  `json:"trace"`
+	OOMs         int           `json:"ooms"`
+	Workload     string        `json:"workload"`
 	// WorkloadEvidence names the frames and counts the workload comes from; "guess" marks a guess.
-	WorkloadEvidence string `json:"workload_evidence" jsonschema:"description=The frames and counts the workload comes from; guess marks a guess"`
+	WorkloadEvidence string `json:"workload_evidence"`
 }
 
 // RankSummary is one rank file of a directory.
 type RankSummary struct {
-	Rank   int          `json:"rank" jsonschema:"description=Rank (from the file name or the sorted position)"`
-	File   string       `json:"file" jsonschema:"description=The rank's snapshot file"`
-	Totals MemoryTotals `json:"totals" jsonschema:"description=The rank's totals over all its devices"`
+	Rank   int          `json:"rank"`
+	File   string       `json:"file"`
+	Totals MemoryTotals `json:"totals"`
 }
 
 // Summary answers "what is in this snapshot": memory per device and in total, pools, trace
 // coverage, OOM count, and what the file cannot answer.
 type Summary struct {
-	Path              string                     `json:"path" jsonschema:"description=The snapshot file or directory"`
-	Format            snapshot.Format            `json:"format" jsonschema:"description=How the file is encoded"`
-	Devices           []DeviceSummary            `json:"devices" jsonschema:"description=Per device (and rank\\, for a directory)"`
-	Totals            MemoryTotals               `json:"totals" jsonschema:"description=Sums over the devices listed"`
-	Ranks             []RankSummary              `json:"ranks,omitempty" jsonschema:"description=For a directory of rank snapshots: each rank's totals"`
-	OOMs              int                        `json:"ooms" jsonschema:"description=oom events over all devices"`
-	Annotations       int                        `json:"annotations" jsonschema:"description=external_annotations entries (record_function / profiler spans)"`
-	AllocatorSettings snapshot.AllocatorSettings `json:"allocator_settings" jsonschema:"description=allocator_settings when the file has them"`
-	Capabilities      snapshot.Capabilities      `json:"capabilities" jsonschema:"description=What the file can answer"`
-	CannotAnswer      string                     `json:"cannot_answer" jsonschema:"description=One line on what this file cannot tell"`
-	Notes             []string                   `json:"notes" jsonschema:"description=Observations worth acting on (e.g. an outlier rank)"`
+	Path              string                     `json:"path"`
+	Format            snapshot.Format            `json:"format"`
+	Devices           []DeviceSummary            `json:"devices"`
+	Totals            MemoryTotals               `json:"totals"`
+	Ranks             []RankSummary              `json:"ranks,omitempty"`
+	OOMs              int                        `json:"ooms"`
+	Annotations       int                        `json:"annotations"`
+	AllocatorSettings snapshot.AllocatorSettings `json:"allocator_settings"`
+	Capabilities      snapshot.Capabilities      `json:"capabilities"`
+	CannotAnswer      string                     `json:"cannot_answer"`
+	Notes             []string                   `json:"notes"`
 	rankDevices       []int                      // rank of each Devices entry, for the text
 }
 

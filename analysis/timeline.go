@@ -53,90 +53,90 @@ type TimelineOptions struct {
 type TimelineBand struct {
 	// Band is the band's index in TimelineColumn.Bands; bands are stacked in this order, the
 	// first at the bottom.
-	Band int `json:"band" jsonschema:"description=Index of the band: bands are stacked in this order (0 at the bottom)\\, long-lived roles first"`
+	Band int `json:"band"`
 	SiteIdentity
-	Category string `json:"category" jsonschema:"description=Role of most of the band's bytes at the peak (parameter\\, gradient\\, optimizer_state\\, activation\\, temporary\\, backward_temporary\\, communication\\, kv_cache\\, autocast_cache\\, workspace\\, user_container\\, other); it picks the band's colour"`
-	Evidence string `json:"evidence,omitempty" jsonschema:"description=Why the role was decided (the deciding frame or timing)"`
+	Category string `json:"category"`
+	Evidence string `json:"evidence,omitempty"`
 	// Other: the band sums every site not drawn on its own.
-	Other bool `json:"other" jsonschema:"description=The band sums every site that has no band of its own (sites counts them)"`
-	Sites int  `json:"sites" jsonschema:"description=Sites in the band (1 unless other)"`
+	Other bool `json:"other"`
+	Sites int  `json:"sites"`
 	// BytesAtPeak / BlocksAtPeak: allocated bytes and blocks of the band at the window's
 	// allocated peak.
-	BytesAtPeak  int64   `json:"bytes_at_peak" jsonschema:"description=Allocated bytes of the band at the window's allocated peak"`
-	BlocksAtPeak int     `json:"blocks_at_peak" jsonschema:"description=Allocated blocks of the band at the peak"`
-	Percent      float64 `json:"percent" jsonschema:"description=Share of the peak's allocated bytes"`
+	BytesAtPeak  int64   `json:"bytes_at_peak"`
+	BlocksAtPeak int     `json:"blocks_at_peak"`
+	Percent      float64 `json:"percent"`
 	// MaxBytes is the band's highest level in the window (it may peak elsewhere).
-	MaxBytes int64 `json:"max_bytes" jsonschema:"description=The band's highest allocated level anywhere in the window (it may peak away from the total's peak)"`
+	MaxBytes int64 `json:"max_bytes"`
 	// Roles splits BytesAtPeak by role when the site's blocks have more than one.
-	Roles []RoleBytes `json:"roles" jsonschema:"description=Bytes at the peak by role (one entry unless the site's blocks differ)"`
+	Roles []RoleBytes `json:"roles"`
 	// Stack is the filtered stack of the band's largest block at the peak (innermost first);
 	// StackID its snapshot stack (-1: none).
-	Stack   []string `json:"stack" jsonschema:"description=Filtered stack of the band's largest block at the peak (user frames plus the nearest library frame\\, innermost first); empty for the other band"`
-	StackID int      `json:"stack_id" jsonschema:"description=Snapshot stack of that block (read-raw-section stacks[ID] gives every frame); -1 when none"`
+	Stack   []string `json:"stack"`
+	StackID int      `json:"stack_id"`
 }
 
 // RoleBytes is memory of one role.
 type RoleBytes struct {
-	Category string `json:"category" jsonschema:"description=Role"`
-	Bytes    int64  `json:"bytes" jsonschema:"description=Bytes of that role"`
-	Blocks   int    `json:"blocks" jsonschema:"description=Blocks of that role"`
+	Category string `json:"category"`
+	Bytes    int64  `json:"bytes"`
+	Blocks   int    `json:"blocks"`
 }
 
 // TimelineOOM is an oom event drawn on a timeline.
 type TimelineOOM struct {
-	Event          int   `json:"event" jsonschema:"description=Index of the oom event in device_traces[device]"`
-	TimeUS         int64 `json:"time_us" jsonschema:"description=Its time_us (0 when the trace has no times)"`
-	RequestedBytes int64 `json:"requested_bytes" jsonschema:"description=Bytes the failed allocation asked for"`
-	DeviceFree     int64 `json:"device_free_bytes" jsonschema:"description=Free device memory the driver reported"`
-	AllocatedBytes int64 `json:"allocated_bytes" jsonschema:"description=Allocated bytes at the event (replayed)"`
-	ReservedBytes  int64 `json:"reserved_bytes" jsonschema:"description=Reserved bytes at the event (replayed)"`
+	Event          int   `json:"event"`
+	TimeUS         int64 `json:"time_us"`
+	RequestedBytes int64 `json:"requested_bytes"`
+	DeviceFree     int64 `json:"device_free_bytes"`
+	AllocatedBytes int64 `json:"allocated_bytes"`
+	ReservedBytes  int64 `json:"reserved_bytes"`
 }
 
 // TimelineBurst is a run of consecutive segment_free / segment_unmap events.
 type TimelineBurst struct {
-	Kind       string `json:"kind" jsonschema:"description=empty_cache (an explicit torch.cuda.empty_cache() call)\\, malloc_retry (the allocator freed its cache after a failed cudaMalloc) or release"`
-	FirstEvent int    `json:"first_event" jsonschema:"description=First event of the run"`
-	LastEvent  int    `json:"last_event" jsonschema:"description=Last event of the run"`
-	Bytes      int64  `json:"bytes" jsonschema:"description=Bytes released to the driver by the run"`
+	Kind       string `json:"kind"`
+	FirstEvent int    `json:"first_event"`
+	LastEvent  int    `json:"last_event"`
+	Bytes      int64  `json:"bytes"`
 }
 
 // TimelineSteps are the step boundaries drawn.
 type TimelineSteps struct {
-	Source string `json:"source" jsonschema:"description=Where steps come from: annotations\\, user_metadata\\, phases\\, periodicity (a guess) or none"`
-	Count  int    `json:"count" jsonschema:"description=Steps that start inside the window"`
+	Source string `json:"source"`
+	Count  int    `json:"count"`
 	// StartEvents are the first events of the steps inside the window (at most 1000).
-	StartEvents []int `json:"start_events" jsonschema:"description=Trace event where each step inside the window starts (at most 1000)"`
+	StartEvents []int `json:"start_events"`
 }
 
 // TimelineResult is what a timeline picture draws, as numbers: the window, the allocated peak
 // and the sites there (bands), reserved memory, and the markers (OOMs, steps, segment-release
 // bursts). Series holds the columns (not serialised: the picture is their rendering).
 type TimelineResult struct {
-	Path     string `json:"path" jsonschema:"description=The snapshot file"`
-	Device   int    `json:"device" jsonschema:"description=CUDA device drawn"`
-	Events   int    `json:"events" jsonschema:"description=Trace events of the device"`
-	Start    int    `json:"start" jsonschema:"description=First trace event of the window drawn"`
-	End      int    `json:"end" jsonschema:"description=End of the window (exclusive)"`
-	X        string `json:"x" jsonschema:"description=What the x axis is: event (trace event index) or time (time_us)"`
-	Columns  int    `json:"columns" jsonschema:"description=Columns drawn; each keeps the minimum and maximum of its events\\, so no peak is smoothed away"`
-	StartUS  int64  `json:"start_time_us" jsonschema:"description=time_us of the window's first event (0 without times)"`
-	EndUS    int64  `json:"end_time_us" jsonschema:"description=time_us of the window's last event (0 without times)"`
-	Reserved bool   `json:"reserved_from_trace" jsonschema:"description=Reserved memory comes from the trace's segment events (false: the file has none and the line is the final reserved value)"`
+	Path     string `json:"path"`
+	Device   int    `json:"device"`
+	Events   int    `json:"events"`
+	Start    int    `json:"start"`
+	End      int    `json:"end"`
+	X        string `json:"x"`
+	Columns  int    `json:"columns"`
+	StartUS  int64  `json:"start_time_us"`
+	EndUS    int64  `json:"end_time_us"`
+	Reserved bool   `json:"reserved_from_trace"`
 	// The allocated peak in the window (state after event PeakEvent).
-	PeakAllocatedBytes int64 `json:"peak_allocated_bytes" jsonschema:"description=Highest allocated bytes in the window (exact: columns keep their maximum)"`
-	PeakEvent          int   `json:"peak_event" jsonschema:"description=Trace event after which allocated memory is highest"`
-	PeakTimeUS         int64 `json:"peak_time_us" jsonschema:"description=time_us of that event (0 without times)"`
-	PeakReservedBytes  int64 `json:"peak_reserved_bytes" jsonschema:"description=Highest reserved bytes in the window"`
-	PeakReservedEvent  int   `json:"peak_reserved_event" jsonschema:"description=Trace event after which reserved memory is highest"`
-	StartAllocated     int64 `json:"start_allocated_bytes" jsonschema:"description=Allocated bytes before the window's first event"`
-	EndAllocated       int64 `json:"end_allocated_bytes" jsonschema:"description=Allocated bytes after the window's last event"`
-	EndReserved        int64 `json:"end_reserved_bytes" jsonschema:"description=Reserved bytes after the window's last event"`
+	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
+	PeakEvent          int   `json:"peak_event"`
+	PeakTimeUS         int64 `json:"peak_time_us"`
+	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
+	PeakReservedEvent  int   `json:"peak_reserved_event"`
+	StartAllocated     int64 `json:"start_allocated_bytes"`
+	EndAllocated       int64 `json:"end_allocated_bytes"`
+	EndReserved        int64 `json:"end_reserved_bytes"`
 	// Bands, in stacking order; the other band (if any) last.
-	Bands         []TimelineBand  `json:"bands" jsonschema:"description=The bands stacked: the largest sites at the peak\\, one band each\\, then one band for every other site"`
-	OOMs          []TimelineOOM   `json:"ooms" jsonschema:"description=OOM events in the window (at most 1000)"`
-	Steps         TimelineSteps   `json:"steps" jsonschema:"description=Step boundaries in the window"`
-	SegmentBursts []TimelineBurst `json:"segment_bursts" jsonschema:"description=Runs of segment_free / segment_unmap events in the window (empty_cache() calls and the allocator's cache flushes; at most 1000)"`
-	Notes         []string        `json:"notes" jsonschema:"description=What the picture cannot show"`
+	Bands         []TimelineBand  `json:"bands"`
+	OOMs          []TimelineOOM   `json:"ooms"`
+	Steps         TimelineSteps   `json:"steps"`
+	SegmentBursts []TimelineBurst `json:"segment_bursts"`
+	Notes         []string        `json:"notes"`
 	// Series is the columns drawn.
 	Series *TimelineSeries `json:"-"`
 }
@@ -988,9 +988,9 @@ type PictureOptions struct {
 
 // PictureResult is the numbers a picture draws: a timeline or a segment map.
 type PictureResult struct {
-	Kind     string            `json:"kind" jsonschema:"description=What the picture shows: timeline (memory over the trace) or segments (the segments at one moment)"`
-	Timeline *TimelineResult   `json:"timeline,omitempty" jsonschema:"description=The timeline's numbers (kind timeline)"`
-	Segments *SegmentMapResult `json:"segments,omitempty" jsonschema:"description=The segment map's numbers (kind segments)"`
+	Kind     string            `json:"kind"`
+	Timeline *TimelineResult   `json:"timeline,omitempty"`
+	Segments *SegmentMapResult `json:"segments,omitempty"`
 }
 
 // Text renders the numbers of the picture.

@@ -23,14 +23,22 @@ type TrimOptions struct {
 
 // TrimDevice is what a trim kept of one device.
 type TrimDevice struct {
-	Device       int   `json:"device" jsonschema:"description=CUDA device"`
-	EventsBefore int   `json:"events_before" jsonschema:"description=Trace events in the input"`
-	Start        int   `json:"start" jsonschema:"description=First input event kept"`
-	End          int   `json:"end" jsonschema:"description=End of the events kept (exclusive)"`
-	StateAt      int   `json:"state_at" jsonschema:"description=The segments written are the state after this input event (rebuilt by replay); -1: the input's final state"`
-	Reserved     int64 `json:"reserved_bytes" jsonschema:"description=Reserved bytes of the segments written"`
-	Allocated    int64 `json:"allocated_bytes" jsonschema:"description=Allocated bytes of the segments written"`
-	BlocksOutOfs int   `json:"blocks_outside_segments" jsonschema:"description=Live blocks left out because no segment the trace shows holds them"`
+	// Device: CUDA device.
+	Device int `json:"device"`
+	// EventsBefore: Trace events in the input.
+	EventsBefore int `json:"events_before"`
+	// Start: First input event kept.
+	Start int `json:"start"`
+	// End: End of the events kept (exclusive).
+	End int `json:"end"`
+	// StateAt: The segments written are the state after this input event (rebuilt by replay); -1: the input's final state.
+	StateAt int `json:"state_at"`
+	// Reserved: Reserved bytes of the segments written.
+	Reserved int64 `json:"reserved_bytes"`
+	// Allocated: Allocated bytes of the segments written.
+	Allocated int64 `json:"allocated_bytes"`
+	// BlocksOutOfs: Live blocks left out because no segment the trace shows holds them.
+	BlocksOutOfs int `json:"blocks_outside_segments"`
 }
 
 // TrimReport says what Trim kept.

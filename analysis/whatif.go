@@ -43,11 +43,11 @@ type WhatIfOptions struct {
 
 // WhatIfSettings are allocator settings as the what-if reports them.
 type WhatIfSettings struct {
-	ExpandableSegments         bool    `json:"expandable_segments" jsonschema:"description=expandable_segments: one growing virtual range per pool and stream\\, mapped in 2 MiB (small pool) or 20 MiB (large pool) pages"`
-	MaxSplitSizeMB             int64   `json:"max_split_size_mb" jsonschema:"description=max_split_size_mb: cached blocks this large (MiB) are never split for smaller requests; 0 = unset"`
-	RoundupPower2Divisions     int     `json:"roundup_power2_divisions" jsonschema:"description=roundup_power2_divisions: sizes round up to this many divisions of their power-of-two interval (0 or 1 = plain 512-byte rounding); -1 when the intervals differ (alloc_conf spells them out)"`
-	GarbageCollectionThreshold float64 `json:"garbage_collection_threshold" jsonschema:"description=garbage_collection_threshold: above this fraction of the capacity the allocator frees old unused cached segments before a cudaMalloc; 0 = off"`
-	AllocConf                  string  `json:"alloc_conf" jsonschema:"description=The settings as a PYTORCH_CUDA_ALLOC_CONF value (options at their defaults left out; empty = every default)"`
+	ExpandableSegments         bool    `json:"expandable_segments"`
+	MaxSplitSizeMB             int64   `json:"max_split_size_mb"`
+	RoundupPower2Divisions     int     `json:"roundup_power2_divisions"`
+	GarbageCollectionThreshold float64 `json:"garbage_collection_threshold"`
+	AllocConf                  string  `json:"alloc_conf"`
 }
 
 func whatIfSettings(s allocator.Settings) WhatIfSettings {
@@ -72,32 +72,32 @@ func confName(s WhatIfSettings) string {
 // WhatIfFidelity compares the replay of the file's own settings (the baseline) with what the
 // trace recorded.
 type WhatIfFidelity struct {
-	RecordedSegmentAllocs   int `json:"recorded_segment_allocs" jsonschema:"description=segment_alloc events (cudaMalloc calls) in the trace"`
-	ReproducedSegmentAllocs int `json:"reproduced_segment_allocs" jsonschema:"description=How many of them the baseline replay reproduces exactly: the first N recorded segment_allocs have the same sizes in the same order"`
-	RecordedSegmentMaps     int `json:"recorded_segment_maps" jsonschema:"description=segment_map events (expandable segments mapping pages) in the trace"`
-	ReproducedSegmentMaps   int `json:"reproduced_segment_maps" jsonschema:"description=How many of them the baseline reproduces exactly: the first N in the same order with the same sizes"`
-	RecordedOOMs            int `json:"recorded_ooms" jsonschema:"description=oom events in the trace"`
-	ReproducedOOMs          int `json:"reproduced_ooms" jsonschema:"description=How many of them also fail in the baseline replay"`
+	RecordedSegmentAllocs   int `json:"recorded_segment_allocs"`
+	ReproducedSegmentAllocs int `json:"reproduced_segment_allocs"`
+	RecordedSegmentMaps     int `json:"recorded_segment_maps"`
+	ReproducedSegmentMaps   int `json:"reproduced_segment_maps"`
+	RecordedOOMs            int `json:"recorded_ooms"`
+	ReproducedOOMs          int `json:"reproduced_ooms"`
 	// ModelSegmentAllocs / ModelSegmentMaps: what the baseline did in all.
-	ModelSegmentAllocs        int   `json:"model_segment_allocs" jsonschema:"description=cudaMalloc calls the baseline replay made in all (equal to recorded_segment_allocs when the replay is exact)"`
-	ModelSegmentMaps          int   `json:"model_segment_maps" jsonschema:"description=segment_map calls the baseline replay made in all"`
-	RecordedPeakReservedBytes int64 `json:"recorded_peak_reserved_bytes" jsonschema:"description=Peak reserved bytes of the recording (its segment events replayed from the start state)"`
+	ModelSegmentAllocs        int   `json:"model_segment_allocs"`
+	ModelSegmentMaps          int   `json:"model_segment_maps"`
+	RecordedPeakReservedBytes int64 `json:"recorded_peak_reserved_bytes"`
 	// Exact: the baseline reproduces every recorded segment event and OOM and makes no other.
-	Exact bool `json:"exact" jsonschema:"description=The baseline reproduces every recorded segment_alloc / segment_map (sizes and order) and every recorded OOM\\, and makes no other cudaMalloc and no other OOM: the what-if numbers come from a replay that matches the recording"`
+	Exact bool `json:"exact"`
 	// Checked: the trace holds something to compare (segment events or OOMs).
-	Checked bool `json:"checked" jsonschema:"description=The trace holds segment events or OOMs to compare the baseline with; false when it records none (a warm cache): then fidelity cannot be checked and reason says so"`
+	Checked bool `json:"checked"`
 	// FirstMismatchEvent is the trace event where the baseline first departs from the
 	// recording (-1: nowhere).
-	FirstMismatchEvent int    `json:"first_mismatch_event" jsonschema:"description=Index in device_traces[device] where the baseline first departs from the recording (-1: it never does)"`
-	Reason             string `json:"reason" jsonschema:"description=Why fidelity is below 100% or cannot be checked; empty when exact"`
+	FirstMismatchEvent int    `json:"first_mismatch_event"`
+	Reason             string `json:"reason"`
 }
 
 // WhatIfRun is what one replay did.
 type WhatIfRun struct {
-	PeakReservedBytes  int64 `json:"peak_reserved_bytes" jsonschema:"description=Highest reserved bytes (segments\\, or mapped pages of expandable segments) during the replay"`
-	PeakAllocatedBytes int64 `json:"peak_allocated_bytes" jsonschema:"description=Highest allocated bytes (rounded block sizes) during the replay"`
-	CudaMallocCalls    int   `json:"cuda_malloc_calls" jsonschema:"description=cudaMalloc calls (segment_alloc) plus page-range mappings (segment_map) the replay made"`
-	OOMCount           int   `json:"oom_count" jsonschema:"description=Requests the replay could not serve (recorded OOMs that still fail plus allocations the program made that would fail); 0 when the capacity is unbounded"`
+	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
+	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
+	CudaMallocCalls    int   `json:"cuda_malloc_calls"`
+	OOMCount           int   `json:"oom_count"`
 }
 
 func whatIfRun(r *allocator.RunResult) WhatIfRun {
@@ -107,56 +107,56 @@ func whatIfRun(r *allocator.RunResult) WhatIfRun {
 
 // WhatIfOOM is one recorded OOM under the baseline and the what-if.
 type WhatIfOOM struct {
-	EventIndex     int   `json:"event_index" jsonschema:"description=Index of the oom event in device_traces[device]"`
-	RequestedBytes int64 `json:"requested_bytes" jsonschema:"description=The failed request (rounded)"`
-	BaselineFits   bool  `json:"baseline_fits" jsonschema:"description=The replay with the file's own settings serves the request (false reproduces the OOM)"`
-	WhatIfFits     bool  `json:"whatif_fits" jsonschema:"description=The replay with the what-if settings serves the request: the OOM would have been avoided"`
+	EventIndex     int   `json:"event_index"`
+	RequestedBytes int64 `json:"requested_bytes"`
+	BaselineFits   bool  `json:"baseline_fits"`
+	WhatIfFits     bool  `json:"whatif_fits"`
 	// HeadroomBytes: capacity − reserved after serving it (≥ 0), or how far it was from fitting
 	// (< 0).
-	HeadroomBytes         int64 `json:"headroom_bytes" jsonschema:"description=What-if: capacity minus reserved after serving the request (>= 0: bytes to spare)\\, or minus what serving it needed (< 0: bytes short)"`
-	BaselineHeadroomBytes int64 `json:"baseline_headroom_bytes" jsonschema:"description=The same for the baseline replay (negative when it reproduces the OOM)"`
+	HeadroomBytes         int64 `json:"headroom_bytes"`
+	BaselineHeadroomBytes int64 `json:"baseline_headroom_bytes"`
 }
 
 // WhatIfDevice is the what-if of one device.
 type WhatIfDevice struct {
-	Device         int    `json:"device" jsonschema:"description=CUDA device replayed"`
-	CapacityBytes  int64  `json:"capacity_bytes" jsonschema:"description=Bytes PyTorch may reserve on the device in the replays (0 = unbounded)"`
-	CapacitySource string `json:"capacity_source" jsonschema:"enum=oom_event,enum=given,enum=malloc_retry,enum=unbounded,description=Where the capacity comes from: oom_event (reserved + device_free at the first OOM)\\, given (device_memory)\\, malloc_retry (the trace's recovered cudaMalloc failures: the recorded peak reserved\\, the most the device is known to hold)\\, unbounded (peaks only\\, no OOM verdicts)"`
-	Start          string `json:"start" jsonschema:"enum=empty,enum=reconstructed,description=empty: the trace covers the allocator from its start; reconstructed: the replays start from the segments and blocks alive at the first event\\, rebuilt in their recorded layout"`
+	Device         int    `json:"device"`
+	CapacityBytes  int64  `json:"capacity_bytes"`
+	CapacitySource string `json:"capacity_source" jsonschema:"enum=oom_event,enum=given,enum=malloc_retry,enum=unbounded"`
+	Start          string `json:"start" jsonschema:"enum=empty,enum=reconstructed"`
 	// StartReservedBytes / StartAllocatedBytes: the state the replays start from.
-	StartReservedBytes  int64          `json:"start_reserved_bytes" jsonschema:"description=Reserved bytes of the start state"`
-	StartAllocatedBytes int64          `json:"start_allocated_bytes" jsonschema:"description=Allocated bytes of the start state"`
-	Fidelity            WhatIfFidelity `json:"fidelity" jsonschema:"description=How well the replay with the file's own settings reproduces the recording"`
-	Baseline            WhatIfRun      `json:"baseline" jsonschema:"description=The replay with the file's own settings"`
-	WhatIf              WhatIfRun      `json:"whatif" jsonschema:"description=The replay with the what-if settings"`
-	OOMs                []WhatIfOOM    `json:"ooms" jsonschema:"description=Every recorded OOM: whether the baseline and the what-if serve it\\, with the headroom"`
-	Notes               []string       `json:"notes" jsonschema:"description=What the replay assumes and what it could not rebuild"`
+	StartReservedBytes  int64          `json:"start_reserved_bytes"`
+	StartAllocatedBytes int64          `json:"start_allocated_bytes"`
+	Fidelity            WhatIfFidelity `json:"fidelity"`
+	Baseline            WhatIfRun      `json:"baseline"`
+	WhatIf              WhatIfRun      `json:"whatif"`
+	OOMs                []WhatIfOOM    `json:"ooms"`
+	Notes               []string       `json:"notes"`
 }
 
 // WhatIfCandidate is one setting of the recommend grid, over every device.
 type WhatIfCandidate struct {
-	Rank               int            `json:"rank" jsonschema:"description=1 = best: fewest OOMs\\, then lowest peak reserved\\, then fewest cudaMalloc calls"`
-	Settings           WhatIfSettings `json:"settings" jsonschema:"description=The settings tried"`
-	OOMCount           int            `json:"oom_count" jsonschema:"description=Requests that fail\\, over every device"`
-	OOMsAvoided        int            `json:"ooms_avoided" jsonschema:"description=Recorded OOMs these settings serve"`
-	PeakReservedBytes  int64          `json:"peak_reserved_bytes" jsonschema:"description=Peak reserved bytes (summed over devices)"`
-	PeakAllocatedBytes int64          `json:"peak_allocated_bytes" jsonschema:"description=Peak allocated bytes (summed over devices)"`
-	CudaMallocCalls    int            `json:"cuda_malloc_calls" jsonschema:"description=cudaMalloc and page-mapping calls (summed over devices)"`
-	Baseline           bool           `json:"baseline" jsonschema:"description=These are the file's own settings"`
+	Rank               int            `json:"rank"`
+	Settings           WhatIfSettings `json:"settings"`
+	OOMCount           int            `json:"oom_count"`
+	OOMsAvoided        int            `json:"ooms_avoided"`
+	PeakReservedBytes  int64          `json:"peak_reserved_bytes"`
+	PeakAllocatedBytes int64          `json:"peak_allocated_bytes"`
+	CudaMallocCalls    int            `json:"cuda_malloc_calls"`
+	Baseline           bool           `json:"baseline"`
 }
 
 // WhatIfResult answers "would other allocator settings have avoided this OOM / lowered the
 // peak?": the trace's requests replayed through the allocator model with the file's own
 // settings (the baseline, checked against the recording) and with other settings.
 type WhatIfResult struct {
-	Path             string         `json:"path" jsonschema:"description=The snapshot file"`
-	Settings         WhatIfSettings `json:"settings" jsonschema:"description=The what-if settings (with recommend: the best-ranked)"`
-	BaselineSettings WhatIfSettings `json:"baseline_settings" jsonschema:"description=The settings the file was recorded with"`
-	Recommend        bool           `json:"recommend" jsonschema:"description=A grid of settings was tried and ranked (recommendations)"`
+	Path             string         `json:"path"`
+	Settings         WhatIfSettings `json:"settings"`
+	BaselineSettings WhatIfSettings `json:"baseline_settings"`
+	Recommend        bool           `json:"recommend"`
 	// Recommendations: the grid, best first (recommend only).
-	Recommendations []WhatIfCandidate `json:"recommendations" jsonschema:"description=With recommend: every setting tried\\, best first (empty otherwise)"`
-	Devices         []WhatIfDevice    `json:"devices" jsonschema:"description=One entry per device with allocation events (or the one asked for)"`
-	Notes           []string          `json:"notes" jsonschema:"description=Notes on the whole file"`
+	Recommendations []WhatIfCandidate `json:"recommendations"`
+	Devices         []WhatIfDevice    `json:"devices"`
+	Notes           []string          `json:"notes"`
 }
 
 // WhatIf replays each device's trace through the allocator model with the file's own settings
@@ -667,14 +667,14 @@ func fitText(fits bool, headroom int64) string {
 
 // OOMWhatIf is the replay of the trace with expandable segments, at one OOM event.
 type OOMWhatIf struct {
-	Setting       string `json:"setting" jsonschema:"description=The setting replayed: expandable_segments:True added to the file's own"`
-	Avoided       bool   `json:"avoided" jsonschema:"description=Replaying the trace with that setting\\, this request is served: the OOM would have been avoided"`
-	HeadroomBytes int64  `json:"headroom_bytes" jsonschema:"description=Capacity minus reserved after serving it (>= 0: bytes to spare)\\, or minus what serving it needed (< 0: bytes short)"`
+	Setting       string `json:"setting"`
+	Avoided       bool   `json:"avoided"`
+	HeadroomBytes int64  `json:"headroom_bytes"`
 	// BaselineReproduced: the replay with the file's own settings fails here too, as recorded.
-	BaselineReproduced bool   `json:"baseline_reproduced" jsonschema:"description=The replay with the file's own settings also fails at this OOM\\, as recorded: the model matches the recording here"`
-	Exact              bool   `json:"exact" jsonschema:"description=The replay with the file's own settings reproduces the whole recording (every segment_alloc and OOM): see the what-if tool for the details"`
-	CapacityBytes      int64  `json:"capacity_bytes" jsonschema:"description=The capacity replayed: reserved + device_free at the device's first OOM"`
-	Start              string `json:"start" jsonschema:"enum=empty,enum=reconstructed,description=empty: the trace covers the allocator from its start; reconstructed: the replay starts from the state rebuilt at the first event"`
+	BaselineReproduced bool   `json:"baseline_reproduced"`
+	Exact              bool   `json:"exact"`
+	CapacityBytes      int64  `json:"capacity_bytes"`
+	Start              string `json:"start" jsonschema:"enum=empty,enum=reconstructed"`
 }
 
 // expandableWhatIf replays device dev's trace with expandable segments on (and with the file's

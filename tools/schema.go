@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"github.com/invopop/jsonschema"
 )
@@ -62,9 +63,14 @@ func fixTrue(v any) any {
 	return m
 }
 
+// docsUsed records the fieldDocs keys schemas looked up (TestDocsInOnePlace finds stale ones).
+var docsUsed sync.Map
+
 func lookupDoc(t reflect.Type, field string) string {
 	if field == "" {
 		return ""
 	}
-	return fieldDocs[t.Name()+"."+field]
+	key := t.Name() + "." + field
+	docsUsed.Store(key, true)
+	return fieldDocs[key]
 }

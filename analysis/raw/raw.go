@@ -41,75 +41,75 @@ const (
 
 // Segment is one segment's header.
 type Segment struct {
-	Index         int    `json:"index" jsonschema:"description=Position in the file's segment list: use segments[index] to read its blocks"`
-	Device        int    `json:"device" jsonschema:"description=CUDA device"`
-	Address       string `json:"address" jsonschema:"description=Start address (hex)"`
-	TotalSize     int64  `json:"total_size" jsonschema:"description=Segment size in bytes (reserved)"`
-	AllocatedSize int64  `json:"allocated_size" jsonschema:"description=Bytes of active_allocated blocks as the file records them"`
-	ActiveSize    int64  `json:"active_size" jsonschema:"description=Bytes of active blocks (allocated or pending free)"`
-	RequestedSize int64  `json:"requested_size" jsonschema:"description=Bytes the live tensors requested"`
-	Stream        uint64 `json:"stream" jsonschema:"description=Raw cudaStream_t (0 = default stream)"`
-	SegmentType   string `json:"segment_type" jsonschema:"description=small or large"`
-	Pool          string `json:"pool" jsonschema:"description=Pool id a\\,b (0\\,0 = default pool)"`
-	Expandable    bool   `json:"expandable" jsonschema:"description=Expandable virtual range"`
-	StackID       int    `json:"stack_id" jsonschema:"description=Stack of the segment's cudaMalloc (see stacks; -1 = none recorded)"`
-	Blocks        int    `json:"blocks" jsonschema:"description=Number of blocks in the segment"`
+	Index         int    `json:"index"`
+	Device        int    `json:"device"`
+	Address       string `json:"address"`
+	TotalSize     int64  `json:"total_size"`
+	AllocatedSize int64  `json:"allocated_size"`
+	ActiveSize    int64  `json:"active_size"`
+	RequestedSize int64  `json:"requested_size"`
+	Stream        uint64 `json:"stream"`
+	SegmentType   string `json:"segment_type"`
+	Pool          string `json:"pool"`
+	Expandable    bool   `json:"expandable"`
+	StackID       int    `json:"stack_id"`
+	Blocks        int    `json:"blocks"`
 }
 
 // Block is one block of a segment.
 type Block struct {
-	Segment       int    `json:"segment" jsonschema:"description=Index of the segment holding the block"`
-	Index         int    `json:"index" jsonschema:"description=Position of the block in its segment"`
-	Address       string `json:"address" jsonschema:"description=Block address (hex)"`
-	Size          int64  `json:"size" jsonschema:"description=Block size in bytes (rounded)"`
-	RequestedSize int64  `json:"requested_size" jsonschema:"description=Bytes the tensor requested"`
-	State         string `json:"state" jsonschema:"description=active_allocated\\, active_pending_free\\, inactive or unknown"`
-	StackID       int    `json:"stack_id" jsonschema:"description=Stack of the block's allocation (see stacks; -1 = none recorded)"`
+	Segment       int    `json:"segment"`
+	Index         int    `json:"index"`
+	Address       string `json:"address"`
+	Size          int64  `json:"size"`
+	RequestedSize int64  `json:"requested_size"`
+	State         string `json:"state"`
+	StackID       int    `json:"stack_id"`
 }
 
 // Event is one trace event.
 type Event struct {
-	Index          int    `json:"index" jsonschema:"description=Position in device_traces[device]"`
-	Action         string `json:"action" jsonschema:"description=alloc\\, free_requested\\, free_completed\\, segment_alloc\\, segment_free\\, segment_map\\, segment_unmap\\, snapshot\\, oom\\, annotate or the raw action"`
-	Address        string `json:"address" jsonschema:"description=Address (hex; 0x0 for oom events)"`
-	Size           int64  `json:"size" jsonschema:"description=Bytes"`
-	Stream         uint64 `json:"stream" jsonschema:"description=Raw cudaStream_t"`
-	TimeUS         int64  `json:"time_us" jsonschema:"description=Epoch microseconds (0 when the file has no times)"`
-	StackID        int    `json:"stack_id" jsonschema:"description=Stack of the event (see stacks; -1 = none recorded)"`
-	DeviceFree     int64  `json:"device_free,omitempty" jsonschema:"description=Free device memory reported with an oom event"`
-	CompileContext string `json:"compile_context,omitempty" jsonschema:"description=torch.compile context of the event"`
-	UserMetadata   string `json:"user_metadata,omitempty" jsonschema:"description=User metadata attached to the event"`
+	Index          int    `json:"index"`
+	Action         string `json:"action"`
+	Address        string `json:"address"`
+	Size           int64  `json:"size"`
+	Stream         uint64 `json:"stream"`
+	TimeUS         int64  `json:"time_us"`
+	StackID        int    `json:"stack_id"`
+	DeviceFree     int64  `json:"device_free,omitempty"`
+	CompileContext string `json:"compile_context,omitempty"`
+	UserMetadata   string `json:"user_metadata,omitempty"`
 }
 
 // Stack is one stack rendered once, innermost frame first.
 type Stack struct {
-	ID            int      `json:"id" jsonschema:"description=Stack id as used by stack_id fields"`
-	Frames        []string `json:"frames" jsonschema:"description=Frames as file:line function\\, innermost first"`
-	FramesTotal   int      `json:"frames_total" jsonschema:"description=Frames in the whole stack"`
-	FramesOmitted int      `json:"frames_omitted" jsonschema:"description=Frames left out here; read section stacks[id] for all"`
+	ID            int      `json:"id"`
+	Frames        []string `json:"frames"`
+	FramesTotal   int      `json:"frames_total"`
+	FramesOmitted int      `json:"frames_omitted"`
 }
 
 // Result is one section read.
 type Result struct {
-	Path       string `json:"path" jsonschema:"description=The snapshot file"`
-	Section    string `json:"section" jsonschema:"description=The section read\\, normalised"`
-	Kind       string `json:"kind" jsonschema:"description=What the section holds,enum=allocator_settings,enum=external_annotations,enum=segments,enum=segment,enum=blocks,enum=device_trace,enum=stack,enum=format,enum=capabilities"`
-	Total      int    `json:"total" jsonschema:"description=Items in the section's list (segments\\, blocks\\, events\\, annotations or frames)"`
-	Offset     int    `json:"offset" jsonschema:"description=Index of the first item returned"`
-	Returned   int    `json:"returned" jsonschema:"description=Items returned"`
-	More       bool   `json:"more" jsonschema:"description=More items follow: call again with offset=next_offset"`
-	NextOffset int    `json:"next_offset" jsonschema:"description=Offset to pass for the next page"`
+	Path       string `json:"path"`
+	Section    string `json:"section"`
+	Kind       string `json:"kind" jsonschema:"enum=allocator_settings,enum=external_annotations,enum=segments,enum=segment,enum=blocks,enum=device_trace,enum=stack,enum=format,enum=capabilities"`
+	Total      int    `json:"total"`
+	Offset     int    `json:"offset"`
+	Returned   int    `json:"returned"`
+	More       bool   `json:"more"`
+	NextOffset int    `json:"next_offset"`
 
-	Settings     *snapshot.AllocatorSettings `json:"allocator_settings,omitempty" jsonschema:"description=allocator_settings (kind allocator_settings)"`
-	Format       *snapshot.Format            `json:"format,omitempty" jsonschema:"description=How the file is encoded (kind format)"`
-	Capabilities *snapshot.Capabilities      `json:"capabilities,omitempty" jsonschema:"description=What the file can answer (kind capabilities)"`
-	Segment      *Segment                    `json:"segment,omitempty" jsonschema:"description=The segment read (kinds segment and blocks)"`
-	Segments     []Segment                   `json:"segments,omitempty" jsonschema:"description=Segment headers (kind segments)"`
-	Blocks       []Block                     `json:"blocks,omitempty" jsonschema:"description=Blocks (kinds segment and blocks)"`
-	Events       []Event                     `json:"events,omitempty" jsonschema:"description=Trace events (kind device_trace)"`
-	Annotations  []snapshot.Annotation       `json:"annotations,omitempty" jsonschema:"description=external_annotations entries"`
-	Stacks       []Stack                     `json:"stacks" jsonschema:"description=Every stack referenced by the items above\\, once each"`
-	Notes        []string                    `json:"notes" jsonschema:"description=What was capped or is missing"`
+	Settings     *snapshot.AllocatorSettings `json:"allocator_settings,omitempty"`
+	Format       *snapshot.Format            `json:"format,omitempty"`
+	Capabilities *snapshot.Capabilities      `json:"capabilities,omitempty"`
+	Segment      *Segment                    `json:"segment,omitempty"`
+	Segments     []Segment                   `json:"segments,omitempty"`
+	Blocks       []Block                     `json:"blocks,omitempty"`
+	Events       []Event                     `json:"events,omitempty"`
+	Annotations  []snapshot.Annotation       `json:"annotations,omitempty"`
+	Stacks       []Stack                     `json:"stacks"`
+	Notes        []string                    `json:"notes"`
 }
 
 // Sections lists the section forms Read accepts, for error messages and docs.
