@@ -15,7 +15,6 @@ import (
 	"github.com/memsnap/memsnap/evals/golden"
 )
 
-
 // toolJSON is what an agent sees of a tool, as kept in the golden files.
 type toolJSON struct {
 	Name         string             `json:"name"`
