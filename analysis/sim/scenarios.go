@@ -286,13 +286,6 @@ func loopPair(cfg Config, a, b int, tweak func(*trainer)) (*snapshot.Snapshot, *
 	return first, t.s.Snapshot()
 }
 
-// Per-step bytes of the small model (requested sizes; all are multiples of 512 except the
-// 4-byte loss and step tensors, which occupy 512-byte blocks).
-const (
-	smallParamBytes = 2*2*(4*MiB) + 8*MiB // 24 MiB in 5 tensors
-	smallAdamBytes  = 2 * smallParamBytes // exp_avg + exp_avg_sq: 48 MiB in 10 tensors (+5 step tensors of 4 B)
-)
-
 // RetainedGraphPair returns snapshots at the end of step 5 and step 50 of a loop that calls
 // loss.backward(retain_graph=True) (train.py:90) and keeps every loss in a list
 // (train.py:93 losses.append(loss)), so each step's autograd graph and its saved activations

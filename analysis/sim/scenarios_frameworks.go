@@ -556,7 +556,6 @@ func LightningClosure() (*snapshot.Snapshot, FwTruth) {
 	batchTag := fwTag{fit, fit, RoleOther}
 	var state []uint64
 	var x, y uint64
-	var preds []uint64
 	for step := 1; step <= 3; step++ {
 		r.beginStep()
 		nx := r.alloc(m.N*m.H*4, opIn("to", batchPy), batchTag)
@@ -569,7 +568,8 @@ func LightningClosure() (*snapshot.Snapshot, FwTruth) {
 		// closure: training_step (lit_train.py:31 logits = self.model(x); :32 loss; :33 preds).
 		st.forward(litClosure(31), x, false)
 		st.loss(m.N*m.V*4, litClosure(32), fwTag{Site(LitPy, 32, "training_step"), Site(LitPy, 32, "training_step"), RoleActivation})
-		preds = append(preds, r.alloc(m.N*8, Op("argmax", litClosure(33)...), fwTag{Site(LitPy, 33, "training_step"), Site(LitPy, 33, "training_step"), RoleUserContainer}))
+		// self.train_preds holds every step's argmax: never freed.
+		r.alloc(m.N*8, Op("argmax", litClosure(33)...), fwTag{Site(LitPy, 33, "training_step"), Site(LitPy, 33, "training_step"), RoleUserContainer})
 		r.free(st.logits, FreeAt(litClosure(34)...)) // training_step returns: logits released
 		// zero_grad (set_to_none) inside the closure, then backward.
 		zg := FreeAt(Chain([]snapshot.Frame{Py(optimizerPy, 987, "zero_grad"), Py(litDir+"/core/module.py", 1335, "optimizer_zero_grad"),
