@@ -24,9 +24,9 @@ const (
 	loadAllocSlack   = 64 << 20
 )
 
-// loadMeasured loads data (as a file when path is set) and returns the snapshot, the error,
-// the bytes allocated meanwhile and the time it took.
-func loadMeasured(t testing.TB, path string, data []byte, opt Options) (*snapshot.Snapshot, error, uint64, time.Duration) {
+// loadMeasured loads data (as a file when path is set) and returns the snapshot, the bytes
+// allocated meanwhile, the time it took and the error.
+func loadMeasured(t testing.TB, path string, data []byte, opt Options) (*snapshot.Snapshot, uint64, time.Duration, error) {
 	t.Helper()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -40,7 +40,7 @@ func loadMeasured(t testing.TB, path string, data []byte, opt Options) (*snapsho
 	}
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
-	return s, err, after.TotalAlloc - before.TotalAlloc, elapsed
+	return s, after.TotalAlloc - before.TotalAlloc, elapsed, err
 }
 
 // gzBest compresses at the best ratio, as an attacker would.
@@ -104,7 +104,7 @@ func TestIssue9Rows(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s, err, alloc, elapsed := loadMeasured(t, "", c.data, Options{})
+			s, alloc, elapsed, err := loadMeasured(t, "", c.data, Options{})
 			switch {
 			case c.err == "" && err != nil:
 				t.Fatalf("error %v", err)
@@ -146,7 +146,7 @@ func TestSparseFile(t *testing.T) {
 	if err := os.Truncate(path, 20<<30); err != nil {
 		t.Skipf("cannot make a sparse file here: %v", err)
 	}
-	s, err, alloc, elapsed := loadMeasured(t, path, nil, Options{})
+	s, alloc, elapsed, err := loadMeasured(t, path, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestDecompressedLimit(t *testing.T) {
 	big := p4("}", sstr("segments"), "]s", sstr("x"), "\x8d"+u64(8<<20)+strings.Repeat("a", 8<<20), "s")
 	js := []byte(`{"segments": [], "x": "` + strings.Repeat("a", 8<<20) + `"}`)
 	for name, data := range map[string][]byte{"pickle": gzBest(big), "json": gzBest(js)} {
-		_, err, alloc, _ := loadMeasured(t, "", data, Options{MaxDecompressed: 1 << 20})
+		_, alloc, _, err := loadMeasured(t, "", data, Options{MaxDecompressed: 1 << 20})
 		want := "test: decompresses to more than 1 MiB, the limit for gzip input (raise it with --max-decompressed BYTES, or -1 for none)"
 		if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, ErrDecompressedLimit) {
 			t.Errorf("%s: error %v, want %q", name, err, want)

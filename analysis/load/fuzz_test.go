@@ -32,7 +32,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add(gz(bytes.Repeat([]byte("]"), 1<<16)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n := inputSize(data)
-		s, err, alloc, elapsed := loadMeasured(t, "", data, Options{MaxDecompressed: 64 << 20})
+		s, alloc, elapsed, err := loadMeasured(t, "", data, Options{MaxDecompressed: 64 << 20})
 		if limit := loadAllocPerByte*uint64(n) + loadAllocSlack; alloc > limit {
 			t.Fatalf("allocated %d bytes for %d bytes of input (limit %d)", alloc, n, limit)
 		}

@@ -24,9 +24,9 @@ const (
 	valueSlack   = 64
 )
 
-// decodeMeasured decodes data and returns the result, the error, the decoder's counters and
-// the bytes allocated on the heap meanwhile (the memo, outside the heap, is Stats.MemoBytes).
-func decodeMeasured(t testing.TB, data []byte, opt Options) (*Result, error, Stats, uint64) {
+// decodeMeasured decodes data and returns the result, the decoder's counters, the bytes
+// allocated on the heap meanwhile (the memo, outside the heap, is Stats.MemoBytes) and the error.
+func decodeMeasured(t testing.TB, data []byte, opt Options) (*Result, Stats, uint64, error) {
 	t.Helper()
 	var st Stats
 	opt.Stats = &st
@@ -34,7 +34,7 @@ func decodeMeasured(t testing.TB, data []byte, opt Options) (*Result, error, Sta
 	runtime.ReadMemStats(&before)
 	res, err := Decode(context.Background(), bytes.NewReader(data), opt)
 	runtime.ReadMemStats(&after)
-	return res, err, st, after.TotalAlloc - before.TotalAlloc
+	return res, st, after.TotalAlloc - before.TotalAlloc, err
 }
 
 // checkBounds fails when a decode allocated or produced more than its bytes allow.
@@ -93,7 +93,7 @@ func TestIssueRows(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			res, err, st, alloc := decodeMeasured(t, []byte(c.data), Options{})
+			res, st, alloc, err := decodeMeasured(t, []byte(c.data), Options{})
 			if c.err == "" && err != nil {
 				t.Fatalf("error %v", err)
 			}
@@ -119,7 +119,7 @@ func TestIssueRows(t *testing.T) {
 // value, so the tree is a DAG no larger than the pickle.
 func TestSharedContainersConvertOnce(t *testing.T) {
 	data := []byte("\x80\x04]" + strings.Repeat("2\x86", 40) + ".")
-	res, err, st, alloc := decodeMeasured(t, data, Options{})
+	res, st, alloc, err := decodeMeasured(t, data, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestHostilePatternsBounded(t *testing.T) {
 		"GET text":               "Np0\n" + rep("g0\n0"),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err, st, alloc := decodeMeasured(t, []byte("\x80\x04"+body+"."), Options{})
+			_, st, alloc, err := decodeMeasured(t, []byte("\x80\x04"+body+"."), Options{})
 			checkBounds(t, st, alloc)
 			t.Logf("%d bytes read, %.1f allocated per byte, %d memo bytes, %d values, error %v", st.Bytes, float64(alloc)/float64(st.Bytes), st.MemoBytes, st.Values, err)
 		})

@@ -43,7 +43,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
-		_, err, st, alloc := decodeMeasured(t, data, Options{MaxEvents: 3})
+		_, st, alloc, err := decodeMeasured(t, data, Options{MaxEvents: 3})
 		if err != nil {
 			if _, ok := err.(*Error); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
