@@ -150,7 +150,8 @@ func SummarizeDir(ctx context.Context, dir string, ranks []snapshot.Rank, opt Su
 		s.Notes = append([]string{"the files are taken as the ranks of one job (ranks numbered by sorted name): " + layout.Evidence}, s.Notes...)
 	default:
 		// Outlier ranks and replication compare ranks: meaningless across unrelated files.
-		s.Notes = []string{fmt.Sprintf("the %d files are not taken as the ranks of one job: %s. Each file is summarized on its own: \"rank\" below is only its sorted position, the totals add up unrelated snapshots, and no file is compared with another. Name per-rank files rank0.pickle, rank1.pickle, … to compare ranks, or summarize one file at a time",
+		s.SeparateFiles = true
+		s.Notes = []string{fmt.Sprintf("the %d files are not taken as the ranks of one job: %s. Each file is summarized on its own: its number below is only its sorted position, the totals add up unrelated snapshots, and no file is compared with another. Name per-rank files rank0.pickle, rank1.pickle, … to compare ranks, or summarize one file at a time",
 			len(ranks), layout.Evidence)}
 	}
 	return s, nil

@@ -101,6 +101,9 @@ func TestSummarizeDirUnrelated(t *testing.T) {
 	if len(s.Ranks) != 2 || filepath.Base(s.Ranks[0].File) != "a.pickle" || s.Ranks[0].Totals.ReservedBytes != 924844032 {
 		t.Errorf("per-file entries %+v", s.Ranks)
 	}
+	if !s.SeparateFiles || !strings.Contains(s.Text(), "\nfile 0 (a.pickle): reserved 882 MiB") || strings.Contains(s.Text(), "rank 0") {
+		t.Errorf("separate files shown as ranks:\n%s", s.Text())
+	}
 
 	multi := filepath.Join("..", "testdata", "scenarios", "multirank")
 	ranks, err = load.Dir(ctx, multi, load.Options{})

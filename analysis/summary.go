@@ -100,11 +100,14 @@ type RankSummary struct {
 // Summary answers "what is in this snapshot": memory per device and in total, pools, trace
 // coverage, OOM count, and what the file cannot answer.
 type Summary struct {
-	Path              string                     `json:"path"`
-	Format            snapshot.Format            `json:"format"`
-	Devices           []DeviceSummary            `json:"devices"`
-	Totals            MemoryTotals               `json:"totals"`
-	Ranks             []RankSummary              `json:"ranks,omitempty"`
+	Path    string          `json:"path"`
+	Format  snapshot.Format `json:"format"`
+	Devices []DeviceSummary `json:"devices"`
+	Totals  MemoryTotals    `json:"totals"`
+	Ranks   []RankSummary   `json:"ranks,omitempty"`
+	// SeparateFiles: a directory of files that are not the ranks of one job; each was
+	// summarized on its own and ranks[].rank is only a sorted position.
+	SeparateFiles     bool                       `json:"separate_files,omitempty"`
 	OOMs              int                        `json:"ooms"`
 	Annotations       int                        `json:"annotations"`
 	AllocatorSettings snapshot.AllocatorSettings `json:"allocator_settings"`
@@ -390,13 +393,17 @@ func (s *Summary) Text() string {
 	fmt.Fprintf(&b, "total: reserved %s, allocated %s (requested %s, rounding waste %s), pending free %s, inactive %s; %s, %s\n",
 		FormatBytes(t.ReservedBytes), FormatBytes(t.AllocatedBytes), FormatBytes(t.RequestedBytes), FormatBytes(t.RoundingWasteBytes),
 		FormatBytes(t.PendingFreeBytes), FormatBytes(t.InactiveBytes), count(t.Segments, "segment"), count(t.Blocks, "block"))
+	unit := "rank"
+	if s.SeparateFiles {
+		unit = "file"
+	}
 	for _, r := range s.Ranks {
-		fmt.Fprintf(&b, "rank %d (%s): reserved %s, allocated %s\n", r.Rank, filepath.Base(r.File), FormatBytes(r.Totals.ReservedBytes), FormatBytes(r.Totals.AllocatedBytes))
+		fmt.Fprintf(&b, "%s %d (%s): reserved %s, allocated %s\n", unit, r.Rank, filepath.Base(r.File), FormatBytes(r.Totals.ReservedBytes), FormatBytes(r.Totals.AllocatedBytes))
 	}
 	for i, d := range s.Devices {
 		label := fmt.Sprintf("device %d", d.Device)
 		if i < len(s.rankDevices) {
-			label = fmt.Sprintf("rank %d device %d", s.rankDevices[i], d.Device)
+			label = fmt.Sprintf("%s %d device %d", unit, s.rankDevices[i], d.Device)
 		}
 		fmt.Fprintf(&b, "%s: reserved %s, allocated %s, pending free %s, inactive %s; %s, %s\n", label,
 			FormatBytes(d.ReservedBytes), FormatBytes(d.AllocatedBytes), FormatBytes(d.PendingFreeBytes), FormatBytes(d.InactiveBytes), count(d.Segments, "segment"), count(d.Blocks, "block"))

@@ -558,4 +558,5 @@ var fieldDocs = map[string]string{
 	"WhatIfDevice.CapacitySource": "Where the capacity comes from: oom_event (reserved + device_free at the first OOM), given (device_memory), malloc_retry (the trace's recovered cudaMalloc failures: the recorded peak reserved, the most the device is known to hold), unbounded (peaks only, no OOM verdicts)",
 	"WhatIfDevice.Start":          "empty: the trace covers the allocator from its start; reconstructed: the replays start from the segments and blocks alive at the first event, rebuilt in their recorded layout",
 	"OOMWhatIf.Start":             "empty: the trace covers the allocator from its start; reconstructed: the replay starts from the state rebuilt at the first event",
+	"Summary.SeparateFiles":       "A directory of files that are not the ranks of one job (no rank in their names and no same-run evidence): each was summarized on its own and ranks[].rank is only its sorted position",
 }
