@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ const (
 	LabelNone     = "<none>"             // outside any range / no compile context
 	LabelPreTrace = "<before the trace>" // a live block the trace did not see allocated
 	LabelNoTime   = "<no time recorded>" // the event has no time_us to place it in a range
+	LabelInactive = "<inactive>"         // a cached free block: no allocation owns it now
 )
 
 // eventLabels gives each event of one device trace a label: the innermost external_annotations
@@ -45,7 +47,7 @@ func annotationLabels(snap *snapshot.Snapshot, dev int, evs []snapshot.Event) ev
 			anns = append(anns, an)
 		}
 	}
-	slices.SortStableFunc(anns, func(a, b snapshot.Annotation) int { return int(max(min(a.TimeUS-b.TimeUS, 1), -1)) })
+	slices.SortStableFunc(anns, func(a, b snapshot.Annotation) int { return cmp.Compare(a.TimeUS, b.TimeUS) })
 	var open []int32 // label ids, innermost last
 	orphanEnds, noTime := 0, 0
 	j := 0

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 	"strings"
@@ -91,16 +92,36 @@ func (at Attribution) rowKey() string {
 	return at.key() + "\x00" + c
 }
 
-// joinsAs says whether a block of role block takes over the role of a row of rowKey now showing
-// role row: user_container wins over other, in either order.
-func joinsAs(row, block string) bool {
-	return row == CategoryOther && block == CategoryUserContainer
+// representative is the block whose role, evidence and stack speak for a row: a block your
+// code holds past its pass (user_container) first, then the largest, then the lowest stack id,
+// then the lowest tie (alloc event or address). A strict total order, so the choice never
+// depends on the order blocks are visited in (a map's).
+type representative struct {
+	set   bool
+	held  bool
+	size  int64
+	stack snapshot.StackID
+	tie   uint64
 }
 
-// keepsRole says whether a row showing role row keeps it when a larger block of role block
-// becomes its representative.
-func keepsRole(row, block string) bool {
-	return row == CategoryUserContainer && block == CategoryOther
+// take makes the block the representative when it comes first in that order, and says so.
+func (r *representative) take(category string, size int64, stack snapshot.StackID, tie uint64) bool {
+	held := category == CategoryUserContainer
+	if r.set {
+		c := cmp.Or(cmp.Compare(b2i(!held), b2i(!r.held)), cmp.Compare(r.size, size), cmp.Compare(stack, r.stack), cmp.Compare(tie, r.tie))
+		if c >= 0 {
+			return false
+		}
+	}
+	*r = representative{set: true, held: held, size: size, stack: stack, tie: tie}
+	return true
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // key identifies the site for grouping.

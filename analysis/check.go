@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -106,10 +107,13 @@ func Check(ctx context.Context, snap *snapshot.Snapshot, opt CheckOptions) (*Che
 	}
 	devs := snap.Devices()
 	if opt.Device >= 0 {
+		if !slices.Contains(devs, opt.Device) {
+			return nil, fmt.Errorf("check: no device %d (the file has devices %v): a budget on a device the file does not hold would pass without checking anything", opt.Device, devs)
+		}
 		devs = []int{opt.Device}
 	}
 	if len(devs) == 0 {
-		r.Notes = append(r.Notes, "the file holds no device with memory: every budget holds trivially")
+		return nil, fmt.Errorf("check: the file holds no device with segments or trace events: there is nothing to gate")
 	}
 	for _, dev := range devs {
 		l, err := levels(ctx, snap, dev, opt.Attribution)
@@ -198,13 +202,15 @@ func growthBudget(ctx context.Context, opt CheckOptions, dev int, l deviceLevels
 		measure, now, then, final = "final_allocated_growth", l.finalAlloc, base.finalAlloc, true
 	}
 	b := CheckBudget{Budget: "max-growth", Measure: measure, ValueBytes: now, BaselineBytes: then, LimitPercent: opt.MaxGrowthPercent}
+	var growth float64 // compared unrounded: +5.04% exceeds 5%
 	switch {
 	case then > 0:
-		b.ValuePercent = math.Round(float64(now-then)/float64(then)*1000) / 10
+		growth = float64(now-then) / float64(then) * 100
+		b.ValuePercent = math.Round(growth*10) / 10
 	case now > 0:
-		b.ValuePercent = 100 // from nothing: report as doubling at least; the message says so
+		b.ValuePercent = 100 // from nothing: the message says a percentage cannot be given
 	}
-	b.Pass = then > 0 && b.ValuePercent <= opt.MaxGrowthPercent || then == 0 && now == 0
+	b.Pass = then > 0 && growth <= opt.MaxGrowthPercent || then == 0 && now == 0
 	l.topSite(&b, final)
 	what := "peak allocated"
 	if final {

@@ -157,16 +157,24 @@ func diffSites(before, after *snapshot.Snapshot, rb, ra *Roles, device int, r *D
 					continue
 				}
 				at := roles.Block(seg.Device, b)
-				// One row per role: a site can hold activations and a workspace.
-				k := diffKey{at.File, at.Function, at.Line, at.Site, at.Category}
+				// One row per role: a site can hold activations and a workspace. Blocks your code
+				// holds past their pass share the row of the site's other blocks (see rowKey).
+				rowCat := at.Category
+				if rowCat == CategoryUserContainer {
+					rowCat = CategoryOther
+				}
+				k := diffKey{at.File, at.Function, at.Line, at.Site, rowCat}
 				d := m[k]
 				if d == nil {
 					d = &DiffSite{SiteIdentity: at.SiteIdentity, Category: at.Category}
 					m[k] = d
 					ks[k] = &kindSizes{sizes: [2]sizeHist{{}, {}}, allOther: true}
 				}
+				if at.Category == CategoryUserContainer && d.Category != CategoryUserContainer {
+					d.Category, d.Evidence = at.Category, at.Evidence
+				}
 				x := ks[k]
-				x.allOther = x.allOther && at.Category == CategoryOther
+				x.allOther = x.allOther && rowCat == CategoryOther
 				if isAfter {
 					x.sizes[1].add(b.Size)
 					if d.minAfter == 0 || b.Size < d.minAfter {

@@ -39,6 +39,7 @@ type OOMSite struct {
 	sizes   sizeHist
 	allocs  []int
 	topSize int64
+	rep     representative
 }
 
 // OOMEvent explains one oom event.
@@ -163,7 +164,7 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 			switch b.State {
 			case snapshot.StateActiveAllocated:
 				at, idx := roles.BlockInfo(dev, b)
-				addSite(m, at, b.Size, b.Stack, idx)
+				addSite(m, at, b.Address, b.Size, b.Stack, idx)
 			case snapshot.StateInactive:
 				fs.largestAny = max(fs.largestAny, b.Size)
 				if segSmall == small && s.Stream == stream {
@@ -179,7 +180,7 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 	return fs
 }
 
-func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.StackID, allocIdx int) {
+func addSite(m map[string]*OOMSite, at Attribution, addr uint64, size int64, stack snapshot.StackID, allocIdx int) {
 	k := at.rowKey() // one row per role: a site can hold activations and a workspace
 	s := m[k]
 	if s == nil {
@@ -189,11 +190,9 @@ func addSite(m map[string]*OOMSite, at Attribution, size int64, stack snapshot.S
 	if allocIdx >= 0 {
 		s.allocs = append(s.allocs, allocIdx)
 	}
-	if s.Blocks == 0 || size > s.topSize || (size == s.topSize && int(stack) < s.StackID) || joinsAs(s.Category, at.Category) {
-		s.topSize, s.StackID = max(s.topSize, size), max(int(stack), -1)
-		if !keepsRole(s.Category, at.Category) {
-			s.Category, s.Evidence = at.Category, at.Evidence
-		}
+	if s.rep.take(at.Category, size, stack, addr) {
+		s.topSize, s.StackID = size, max(int(stack), -1)
+		s.Category, s.Evidence = at.Category, at.Evidence
 	}
 	s.Bytes += size
 	s.Blocks++
@@ -347,7 +346,7 @@ func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64
 		}
 		fs.allocated += size
 		at := roles.Live(dev, sp.b.stack, sp.addr, size, sp.b.allocIdx, e.next-1)
-		addSite(m, at, size, sp.b.stack, sp.b.allocIdx)
+		addSite(m, at, sp.addr, size, sp.b.stack, sp.b.allocIdx)
 	}
 	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, m, limit)
 	return fs

@@ -447,8 +447,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 		blocks int
 		sizes  sizeHist
 		allocs []int
-		top    int64 // the representative (evidence) is the largest block's, lowest stack on ties
-		topID  snapshot.StackID
+		rep    representative
 	}
 	m := map[string]*agg{}
 	var total int64
@@ -474,14 +473,11 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 		k := at.rowKey()
 		g := m[k]
 		if g == nil {
-			g = &agg{at: at, sizes: sizeHist{}, top: b.size, topID: b.stack}
+			g = &agg{at: at, sizes: sizeHist{}}
 			m[k] = g
 		}
-		if b.size > g.top || (b.size == g.top && b.stack < g.topID) || joinsAs(g.at.Category, at.Category) {
-			if keepsRole(g.at.Category, at.Category) {
-				at.Category, at.Evidence = g.at.Category, g.at.Evidence
-			}
-			g.at, g.top, g.topID = at, max(g.top, b.size), b.stack
+		if g.rep.take(at.Category, b.size, b.stack, addr) {
+			g.at = at
 		}
 		g.bytes += b.size
 		g.blocks++

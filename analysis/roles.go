@@ -46,10 +46,6 @@ type lifeStats struct {
 	later      int // freed in a later phase that is not a backward pass
 	alive      int // alive at the end of the trace
 	outlivedBw int // made in a backward pass and still alive after it ended
-	lastRun    int32
-	inRun      int32 // allocations in run lastRun of the size of the run's first one
-	maxInRun   int32 // most same-size allocations in one phase run: 1 for a pass's output, L for a per-layer site
-	runSize    int64
 }
 
 // deviceRoles is the trace context of one device.
@@ -412,15 +408,7 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		}
 		switch ev.Action {
 		case snapshot.ActionAlloc:
-			s := d.stat(ev.Stack)
-			s.allocs++
-			if s.lastRun != run || s.allocs == 1 {
-				s.lastRun, s.inRun, s.runSize = run, 0, ev.Size
-			}
-			if ev.Size == s.runSize {
-				s.inRun++
-			}
-			s.maxInRun = max(s.maxInRun, s.inRun)
+			d.stat(ev.Stack).allocs++
 			live[ev.Addr] = liveRec{stack: ev.Stack, run: run, ph: cur, idx: int32(i)}
 		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
 			b, ok := live[ev.Addr]
@@ -467,14 +455,15 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		}
 		d.finalAlloc[addr] = int(b.idx)
 	}
-	// A forward run whose per-layer activations (a stack that allocated the same size several
-	// times in it) outlived the backward pass kept its whole graph: retain_graph=True, or a
+	// A forward run whose per-layer activations (two or more blocks of one stack: the same line
+	// run once per layer) outlived the backward pass kept its whole graph: retain_graph=True, or a
 	// reference to the loss or outputs that holds a graph whose saved tensors backward did not
-	// free.
+	// free. One surviving block per stack is an output the caller holds, not a graph.
 	d.retained = map[int32]bool{}
 	for fwd, stacks := range survivors {
+		n := map[snapshot.StackID]int{}
 		for _, id := range stacks {
-			if d.stat(id).maxInRun >= 2 {
+			if n[id]++; n[id] == 2 {
 				if c, _ := r.stackCtx(id); c == ctxForward || c == ctxAutocast {
 					d.retained[fwd] = true
 					break

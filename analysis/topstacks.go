@@ -119,6 +119,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		dev      int
 		// roleBytes (label groups): bytes per role; the row shows the largest
 		roleBytes map[string]int64
+		rep       representative
 	}
 	groups := map[string]*agg{}
 	noStack, emptyStack := 0, 0
@@ -165,7 +166,11 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 				emptyStack++
 			}
 			if byLabel {
-				g := labelRow(labelsOf(seg.Device).label(allocIdx), seg.Device)
+				label := labelsOf(seg.Device).label(allocIdx)
+				if b.State == snapshot.StateInactive {
+					label = LabelInactive
+				}
+				g := labelRow(label, seg.Device)
 				g.ts.Bytes += b.Size
 				g.ts.Blocks++
 				g.roleBytes[at.Category] += b.Size
@@ -219,12 +224,9 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			if allocIdx >= 0 {
 				g.allocs = append(g.allocs, allocIdx)
 			}
-			if b.Size > g.topSize || joinsAs(g.ts.Category, at.Category) { // the representative stack is the largest block's
-				g.topSize, g.topID = max(g.topSize, b.Size), b.Stack
-				g.ts.Stack = at.Stack
-				if !keepsRole(g.ts.Category, at.Category) {
-					g.ts.Category, g.ts.Evidence = at.Category, at.Evidence
-				}
+			if g.rep.take(at.Category, b.Size, b.Stack, b.Address) {
+				g.topSize, g.topID = b.Size, b.Stack
+				g.ts.Stack, g.ts.Category, g.ts.Evidence = at.Stack, at.Category, at.Evidence
 			}
 			r.TotalBytes += b.Size
 			r.TotalBlocks++
@@ -268,7 +270,8 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		r.Sites = append(r.Sites, g.ts)
 	}
 	slices.SortFunc(r.Sites, func(x, y TopSite) int {
-		return siteOrder(x.Bytes, y.Bytes, x.SiteIdentity, y.SiteIdentity, x.Category, y.Category)
+		// group_by stack: two stacks of one site with the same bytes differ only by their id.
+		return cmp.Or(siteOrder(x.Bytes, y.Bytes, x.SiteIdentity, y.SiteIdentity, x.Category, y.Category), cmp.Compare(x.StackID, y.StackID))
 	})
 	r.Groups = len(r.Sites)
 	if len(r.Sites) > opt.Limit {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/spf13/cobra"
 
@@ -71,8 +72,8 @@ Sizes accept bytes or units: 20GiB, 512MiB, 1.5GB.`,
 				if baseline == "" {
 					return fmt.Errorf("--max-growth needs --baseline OTHER (see memsnap check --help)")
 				}
-				if growth < 0 {
-					return fmt.Errorf("--max-growth must not be negative, not %g", growth)
+				if growth < 0 || math.IsNaN(growth) || math.IsInf(growth, 0) {
+					return fmt.Errorf("--max-growth must be a percentage of 0 or more, not %g", growth)
 				}
 				opt.MaxGrowthPercent = growth
 			}

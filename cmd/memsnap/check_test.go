@@ -25,6 +25,8 @@ func TestCheckExitCodes(t *testing.T) {
 		{"no budget", []string{"check", f}, 2, "no budget given"},
 		{"bad size", []string{"check", f, "--max-peak", "12 parsecs"}, 2, `bad size "12 parsecs"`},
 		{"missing file", []string{"check", "nope.pickle", "--max-peak", "1GiB"}, 2, "nope.pickle"},
+		{"a device the file lacks", []string{"check", f, "--max-peak", "1MiB", "--device", "7"}, 2, "no device 7 (the file has devices [0])"},
+		{"growth NaN", []string{"check", f, "--baseline", f, "--max-growth", "NaN"}, 2, "--max-growth must be a percentage of 0 or more"},
 		{"same file as baseline", []string{"check", f, "--baseline", f, "--max-growth", "0"}, 0, "(+0.0%) is within --max-growth 0%"},
 	}
 	for _, tc := range cases {
