@@ -262,7 +262,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 				if j.g >= 0 {
 					ro = allocator.RunOptions{Settings: grid[j.g], Capacity: dr.cap}
 				}
-				r, err := dr.t.Run(ctx, ro)
+				r, err := runRecovered(ctx, dr.t, ro)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = fmt.Errorf("whatif: %w", err)
@@ -726,12 +726,13 @@ func applyOOMWhatIf(o *OOMEvent, w *OOMWhatIf) {
 		s += " (indicative only: the replay with the file's own settings does not reproduce this OOM)"
 	}
 	// The fragmentation verdict cites the replay; other verdicts only when it contradicts them
-	// (expandable segments would have served the request after all).
-	if o.Verdict != VerdictFragmentation && !w.Avoided {
+	// (expandable segments would have served the request after all), and only a replay that
+	// reproduces the recorded OOM may contradict a verdict or rewrite a fix.
+	if o.Verdict != VerdictFragmentation && (!w.Avoided || !w.BaselineReproduced) {
 		return
 	}
 	o.Explanation += "; " + s
-	if o.Verdict != VerdictFragmentation || len(o.Fixes) == 0 {
+	if o.Verdict != VerdictFragmentation || len(o.Fixes) == 0 || !w.BaselineReproduced {
 		return
 	}
 	if w.Avoided {
@@ -739,4 +740,15 @@ func applyOOMWhatIf(o *OOMEvent, w *OOMWhatIf) {
 	} else {
 		o.Fixes[0] = fmt.Sprintf("expandable_segments:True is not enough here: %s; lower the peak (the fixes below) or combine it with them", s)
 	}
+}
+
+// runRecovered runs one replay on a worker goroutine, where a panic (a model bug on an unusual
+// trace) would otherwise end the whole process, the MCP server included: it becomes an error.
+func runRecovered(ctx context.Context, t *allocator.Trace, ro allocator.RunOptions) (r *allocator.RunResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("internal error in the allocator model (please report it): %v", p)
+		}
+	}()
+	return t.Run(ctx, ro)
 }

@@ -153,8 +153,15 @@ func uncompressedSize(path string, size int64) int64 {
 func (c *Cache) admit(ctx context.Context, est int64) (release func(), err error) {
 	for {
 		c.mu.Lock()
-		for c.used+c.loading+est > c.budget && c.lru.Len() > 0 {
+		// Evict results only when that makes room: while loads in flight alone fill the budget,
+		// the cached results stay and this load waits.
+		for c.loading+est <= c.budget && c.used+c.loading+est > c.budget && c.lru.Len() > 0 {
 			c.evictOldest()
+		}
+		if c.admitted == 0 && c.used+c.loading+est > c.budget {
+			for c.lru.Len() > 0 && c.used+est > c.budget {
+				c.evictOldest() // a load bigger than the budget runs alone, beside as little as possible
+			}
 		}
 		if c.admitted == 0 || c.used+c.loading+est <= c.budget {
 			c.loading += est
@@ -345,7 +352,7 @@ func (c *Cache) run(ctx context.Context, key cacheKey, f *flight, est int64, fn 
 		// A cancelled load stops counting at once: one stuck in a system call holds no memory
 		// worth counting, and one that honours its context stops soon.
 		stop := context.AfterFunc(ctx, release)
-		val, err = c.load(ctx, f, fn)
+		val, err = c.loadRecovered(ctx, f, fn)
 		stop()
 		release()
 	}
@@ -356,8 +363,11 @@ func (c *Cache) run(ctx context.Context, key cacheKey, f *flight, est int64, fn 
 	}
 	f.val, f.err = val, err
 	close(f.done)
-	if err != nil || val.empty() {
-		return
+	if err != nil || val.empty() || ctx.Err() != nil {
+		return // a load every caller gave up on is not kept
+	}
+	if _, ok := c.entries[key]; ok {
+		return // a newer flight for the same file finished first
 	}
 	cost := val.cost()
 	for c.used+c.loading+cost > c.budget && c.lru.Len() > 0 {
@@ -368,6 +378,17 @@ func (c *Cache) run(ctx context.Context, key cacheKey, f *flight, est int64, fn 
 	}
 	c.entries[key] = c.lru.PushFront(&cacheEntry{key: key, val: val, cost: cost})
 	c.used += cost
+}
+
+// loadRecovered is load, with a panic (a decoder bug on a hostile file) turned into this
+// load's error instead of the end of the server.
+func (c *Cache) loadRecovered(ctx context.Context, f *flight, fn func(context.Context, load.Options) (loaded, error)) (val loaded, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			val, err = loaded{}, fmt.Errorf("internal error while loading (please report it): %v", p)
+		}
+	}()
+	return c.load(ctx, f, fn)
 }
 
 // load runs fn, passing its progress on to every caller waiting for f.

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,9 @@ type Server struct {
 	opt  Options
 	mu   sync.Mutex
 	devs map[int]*device
+	// segmentSlots bounds the segment maps built at once: each replays the trace up to its
+	// event, so a burst of clicks must not multiply that work.
+	segmentSlots chan struct{}
 }
 
 // device is what the viewer keeps per CUDA device: the timeline index and its bands.
@@ -64,7 +68,7 @@ func New(snap *snapshot.Snapshot, opt Options) *Server {
 	if opt.Top <= 0 {
 		opt.Top = 12
 	}
-	return &Server{snap: snap, opt: opt, devs: map[int]*device{}}
+	return &Server{snap: snap, opt: opt, devs: map[int]*device{}, segmentSlots: make(chan struct{}, 2)}
 }
 
 // Prepare builds device dev's timeline index now (the first request would otherwise). A
@@ -81,6 +85,9 @@ func (s *Server) Prepare(ctx context.Context, dev int) error {
 func asNoTrace(err error, nt **analysis.NoTraceError) bool { return errors.As(err, nt) }
 
 func (s *Server) device(ctx context.Context, dev int) *device {
+	if devs := s.snap.Devices(); !slices.Contains(devs, dev) {
+		return &device{err: fmt.Errorf("no device %d (the file has devices %v)", dev, devs)}
+	}
 	s.mu.Lock()
 	d := s.devs[dev]
 	if d == nil {
@@ -89,6 +96,9 @@ func (s *Server) device(ctx context.Context, dev int) *device {
 	}
 	s.mu.Unlock()
 	d.once.Do(func() {
+		// Built once for every later request: the first request's cancellation (a closed tab)
+		// must not become the device's error for good.
+		ctx := context.WithoutCancel(ctx)
 		x, err := analysis.NewTimelineIndex(ctx, s.snap, analysis.TimelineOptions{Device: dev, Attribution: s.opt.Attribution})
 		if err != nil {
 			d.err = err
@@ -379,6 +389,13 @@ func (s *Server) segments(w http.ResponseWriter, r *http.Request) {
 // SegmentMap lays out device dev's segments at event at (-1: the final state) for a map width
 // pixels wide.
 func (s *Server) SegmentMap(ctx context.Context, dev, at, width int) (*Segments, error) {
+	select {
+	case s.segmentSlots <- struct{}{}:
+		defer func() { <-s.segmentSlots }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	width = min(width, 8000)
 	m, err := analysis.SegmentMap(ctx, s.snap, analysis.SegmentMapOptions{Device: dev, At: at, Attribution: s.opt.Attribution})
 	if err != nil {
 		return nil, err

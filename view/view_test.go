@@ -188,3 +188,26 @@ func BenchmarkZoom(b *testing.B) {
 		}
 	}
 }
+
+// TestFirstRequestCancelled: the device's timeline is built once for every request, so a first
+// request cancelled mid-build (a closed tab) must not leave the device broken; a device the
+// file lacks is an error that leaves nothing behind.
+func TestFirstRequestCancelled(t *testing.T) {
+	snap, err := load.File(context.Background(), "../testdata/scenarios/activation_oom.pickle", load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(snap, Options{})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	srv.Zoom(cancelled, 0, 0, 0, 100) // may fail: the request is gone
+	if _, err := srv.Zoom(context.Background(), 0, 0, 0, 100); err != nil {
+		t.Fatalf("after a cancelled first request: %v", err)
+	}
+	if _, err := srv.Zoom(context.Background(), 7, 0, 0, 100); err == nil || !strings.Contains(err.Error(), "no device 7 (the file has devices [0])") {
+		t.Fatalf("device 7: %v", err)
+	}
+	if len(srv.devs) != 1 {
+		t.Fatalf("devices kept: %d", len(srv.devs))
+	}
+}
