@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -202,6 +203,14 @@ type engine struct {
 	// keep them): a multi-million-event trace then allocates nothing per event.
 	chunk    []liveBlk
 	freeBlks []*liveBlk
+	// Dense engines (engineSeed.engine) keep the live blocks at the trace's block addresses in
+	// blks, by the trace index's block id (inUse marks the live ones), instead of in live: live
+	// then holds only blocks seeded from the final state at addresses without any event, which
+	// no event touches. eachLive and liveCount see both.
+	x     *snapshot.TraceIndex
+	blks  []liveBlk
+	inUse []bool
+	nUsed int
 }
 
 func (e *engine) newBlk(b liveBlk) *liveBlk {
@@ -218,87 +227,184 @@ func (e *engine) newBlk(b liveBlk) *liveBlk {
 	return &e.chunk[len(e.chunk)-1]
 }
 
+// eachLive calls f for every live block (allocated or awaiting its free_completed).
+func (e *engine) eachLive(f func(addr uint64, b *liveBlk)) {
+	for addr, b := range e.live {
+		f(addr, b)
+	}
+	for id, on := range e.inUse {
+		if on {
+			f(e.x.Blocks[id], &e.blks[id])
+		}
+	}
+}
+
+// liveCount is the number of live blocks.
+func (e *engine) liveCount() int { return len(e.live) + e.nUsed }
+
+// newEngine is an engine whose live blocks are all in the live map, for callers that read or
+// change it.
 func newEngine(snap *snapshot.Snapshot, device int) *engine {
-	e := &engine{snap: snap, live: map[uint64]*liveBlk{}, segs: map[uint64]segRec{}}
+	return newEngineSeed(snap, device).engine(false)
+}
+
+// engineSeed is what every replay of a device trace starts from, worked out once: the final
+// state, the blocks and segments alive before the first event, whether sizes are requested.
+type engineSeed struct {
+	snap        *snapshot.Snapshot
+	evs         []snapshot.Event
+	x           *snapshot.TraceIndex
+	finalBlocks map[uint64]snapshot.Block // shared, read only
+	finalOnly   []finalBlock              // alive at the end, at addresses without any event
+	first       []int32                   // first event of each block id
+	segs        map[uint64]segRec         // alive before the first event (each engine copies it)
+	finalAlloc  int64
+	finalActive int64
+	finalRes    int64
+	segNet      int64
+	requested   bool
+}
+
+type finalBlock struct {
+	b   snapshot.Block
+	seg *snapshot.Segment
+}
+
+func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
+	sd := &engineSeed{snap: snap, segs: map[uint64]segRec{}, finalBlocks: map[uint64]snapshot.Block{}}
 	if device >= 0 && device < len(snap.DeviceTraces) {
-		e.evs = snap.DeviceTraces[device]
+		sd.evs = snap.DeviceTraces[device]
 	}
+	x := snap.TraceIndex(device)
+	sd.x = x
 	// Final state of this device.
-	type fb struct {
-		b   snapshot.Block
-		seg *snapshot.Segment
-	}
-	finalBlocks := map[uint64]fb{}
-	e.finalBlocks = map[uint64]snapshot.Block{}
+	finalAt := map[uint64]int{}
+	isFinal := make([]bool, len(x.Blocks))
 	for si := range snap.Segments {
 		s := &snap.Segments[si]
 		if s.Device != device {
 			continue
 		}
-		e.finalRes += s.TotalSize
+		sd.finalRes += s.TotalSize
 		sums := s.Sums()
-		e.finalAlloc += sums.Allocated
-		e.finalActive += sums.Active()
+		sd.finalAlloc += sums.Allocated
+		sd.finalActive += sums.Active()
 		for _, b := range s.Blocks {
 			if b.State == snapshot.StateActiveAllocated || b.State == snapshot.StateActivePendingFree {
-				finalBlocks[b.Address] = fb{b, s}
-				e.finalBlocks[b.Address] = b
+				if id, ok := x.Block(b.Address); ok {
+					isFinal[id] = true
+				} else if k, dup := finalAt[b.Address]; dup {
+					sd.finalOnly[k] = finalBlock{b, s} // the last block at an address wins
+				} else {
+					finalAt[b.Address] = len(sd.finalOnly)
+					sd.finalOnly = append(sd.finalOnly, finalBlock{b, s})
+				}
+				sd.finalBlocks[b.Address] = b
 			}
 		}
 	}
-	// First block event per address, and whether an address is ever allocated in the trace.
-	first := make(map[uint64]int, len(finalBlocks))
-	lastAlloc := map[uint64]int64{}
-	firstSeg := map[uint64]snapshot.Action{}
-	var segNet int64
-	for i, ev := range e.evs {
+	// First block event per address, the last alloc of final blocks, and the first segment
+	// event per segment address.
+	sd.first = make([]int32, len(x.Blocks))
+	for i := range sd.first {
+		sd.first[i] = -1
+	}
+	lastAlloc := make([]int64, len(x.Blocks))
+	hasAlloc := make([]bool, len(x.Blocks))
+	firstSeg := make([]snapshot.Action, len(x.Segments)) // ActionOther: none yet
+	var segFrees []int                                   // segment_free/unmap events that come first at their address
+	evs := sd.evs
+	for i := range evs {
+		ev := &evs[i]
 		switch ev.Action {
 		case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-			if _, ok := first[ev.Addr]; !ok {
-				first[ev.Addr] = i
+			id := x.Slot[i]
+			if sd.first[id] < 0 {
+				sd.first[id] = int32(i)
 			}
-			if _, final := finalBlocks[ev.Addr]; final && ev.Action == snapshot.ActionAlloc {
-				lastAlloc[ev.Addr] = ev.Size
+			if isFinal[id] && ev.Action == snapshot.ActionAlloc {
+				lastAlloc[id], hasAlloc[id] = ev.Size, true
 			}
-
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
-			segNet += ev.Size
-			if _, ok := firstSeg[ev.Addr]; !ok {
-				firstSeg[ev.Addr] = ev.Action
+			sd.segNet += ev.Size
+			if id := x.Slot[i]; firstSeg[id] == snapshot.ActionOther {
+				firstSeg[id] = ev.Action
 			}
 		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
-			segNet -= ev.Size
-			if _, ok := firstSeg[ev.Addr]; !ok {
-				firstSeg[ev.Addr] = ev.Action
+			sd.segNet -= ev.Size
+			if id := x.Slot[i]; firstSeg[id] == snapshot.ActionOther {
+				firstSeg[id] = ev.Action
+			}
+			if firstSeg[x.Slot[i]] == ev.Action {
+				segFrees = append(segFrees, i)
 			}
 		}
 	}
-	e.requested = traceSizesAreRequested(snap, device, e.evs, func(addr uint64) (int64, bool) {
-		sz, ok := lastAlloc[addr]
-		return sz, ok
+	sd.requested = traceSizesAreRequested(snap, device, evs, func(addr uint64) (int64, bool) {
+		id, ok := x.Block(addr)
+		if !ok || !hasAlloc[id] {
+			return 0, false
+		}
+		return lastAlloc[id], true
 	})
+	// Segments alive before the trace: in the final state without a segment event first, or
+	// first seen freed.
+	for si := range snap.Segments {
+		s := &snap.Segments[si]
+		if s.Device != device {
+			continue
+		}
+		id, ok := x.Segment(s.Address)
+		if !ok || firstSeg[id] == snapshot.ActionSegmentFree || firstSeg[id] == snapshot.ActionSegmentUnmap {
+			sd.segs[s.Address] = segRec{s.TotalSize, s.Stream}
+		}
+	}
+	for _, i := range segFrees {
+		ev := &evs[i]
+		if _, ok := sd.segs[ev.Addr]; !ok {
+			sd.segs[ev.Addr] = segRec{ev.Size, ev.Stream}
+		}
+	}
+	return sd
+}
+
+// engine starts a replay from the seed; dense keeps trace blocks in slots (see engine.x),
+// for callers that see live blocks only through eachLive and liveCount.
+func (sd *engineSeed) engine(dense bool) *engine {
+	e := &engine{snap: sd.snap, evs: sd.evs, live: map[uint64]*liveBlk{}, segs: make(map[uint64]segRec, len(sd.segs)),
+		finalBlocks: sd.finalBlocks, finalAlloc: sd.finalAlloc, finalActive: sd.finalActive, finalRes: sd.finalRes,
+		requested: sd.requested}
+	x := sd.x
+	if dense {
+		e.x, e.blks, e.inUse = x, make([]liveBlk, len(x.Blocks)), make([]bool, len(x.Blocks))
+	}
+	put := func(id int, addr uint64, b liveBlk) {
+		if dense {
+			e.blks[id], e.inUse[id] = b, true
+			e.nUsed++
+		} else {
+			e.live[addr] = e.newBlk(b)
+		}
+	}
 	// Seed blocks alive before the trace: the first event of their address is a free.
-	for addr, i := range first {
-		ev := e.evs[i]
+	for id, i := range sd.first {
+		ev := &sd.evs[i]
 		switch ev.Action {
 		case snapshot.ActionFreeRequested:
-			e.live[addr] = e.newBlk(liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, freeReqIdx: -1})
+			put(id, ev.Addr, liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, freeReqIdx: -1})
 			e.allocated += ev.Size
 			e.active += ev.Size
 			e.preBlocks++
 			e.preBytes += ev.Size
 		case snapshot.ActionFreeCompleted:
-			e.live[addr] = e.newBlk(liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, pending: true, freeReqIdx: -1})
+			put(id, ev.Addr, liveBlk{size: ev.Size, stack: snapshot.NoStack, stream: ev.Stream, allocIdx: -1, pending: true, freeReqIdx: -1})
 			e.active += ev.Size
 			e.preBlocks++
 			e.preBytes += ev.Size
 		}
 	}
 	// ... and blocks alive at the end whose address has no event at all.
-	for addr, f := range finalBlocks {
-		if _, ok := first[addr]; ok {
-			continue
-		}
+	for _, f := range sd.finalOnly {
 		size := f.b.Size
 		if e.requested && f.b.RequestedSize > 0 {
 			size = f.b.RequestedSize
@@ -310,83 +416,102 @@ func newEngine(snap *snapshot.Snapshot, device int) *engine {
 		} else {
 			e.allocated += b.size
 		}
-		e.live[addr] = b
+		e.live[f.b.Address] = b
 		e.preBlocks++
 		e.preBytes += b.size
 	}
 	// Reserved: offset from the final state by the trace's net segment change.
-	e.reserved = e.finalRes - segNet
-	for si := range snap.Segments {
-		s := &snap.Segments[si]
-		if s.Device != device {
-			continue
-		}
-		if act, ok := firstSeg[s.Address]; !ok || act == snapshot.ActionSegmentFree || act == snapshot.ActionSegmentUnmap {
-			e.segs[s.Address] = segRec{s.TotalSize, s.Stream}
-		}
-	}
-	for i := range e.evs {
-		ev := e.evs[i]
-		if (ev.Action == snapshot.ActionSegmentFree || ev.Action == snapshot.ActionSegmentUnmap) && firstSeg[ev.Addr] == ev.Action {
-			if _, ok := e.segs[ev.Addr]; !ok {
-				e.segs[ev.Addr] = segRec{ev.Size, ev.Stream}
-			}
-		}
+	e.reserved = e.finalRes - sd.segNet
+	for addr, s := range sd.segs {
+		e.segs[addr] = s
 	}
 	return e
+}
+
+// allocatedAt is the state a dense engine reaches after event p (-1: before the first),
+// as far as allocated blocks go: the blocks allocated and not yet freed then, exactly those
+// run would leave (liveSites reads nothing else; pending blocks and the counters are not
+// kept). A block is allocated after p when the last event at its address up to p is an
+// alloc (any free leaves it pending or gone), or when no event there comes before p and the
+// seed has it allocated (alive before the trace, or at the end without any event). One pass
+// over the events up to p that only notes the last event per address: much cheaper than
+// replaying them.
+func (sd *engineSeed) allocatedAt(ctx context.Context, p int) (*engine, error) {
+	e := sd.engine(true)
+	e.next = p + 1
+	last := make([]int, len(sd.x.Blocks)) // the last event at each block id, plus one
+	evs := sd.evs[:min(p+1, len(sd.evs))]
+	for i := range evs {
+		if i&0xfffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("replay: %w", err)
+			}
+		}
+		if snapshot.BlockEvent(evs[i].Action) {
+			last[sd.x.Slot[i]] = i + 1
+		}
+	}
+	for id, l := range last {
+		if l == 0 {
+			continue // the seed's state stands
+		}
+		if ev := &evs[l-1]; ev.Action == snapshot.ActionAlloc {
+			e.blks[id] = liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: l - 1, freeReqIdx: -1}
+			if !e.inUse[id] {
+				e.inUse[id] = true
+				e.nUsed++
+			}
+		} else if e.inUse[id] {
+			e.inUse[id] = false
+			e.nUsed--
+		}
+	}
+	return e, nil
 }
 
 // step applies event e.next.
 func (e *engine) step() {
 	i := e.next
 	e.next++
-	ev := e.evs[i]
+	ev := &e.evs[i]
 	switch ev.Action {
-	case snapshot.ActionAlloc:
-		if old, ok := e.live[ev.Addr]; ok {
-			e.doubleAlloc++
-			if !old.pending {
-				e.allocated -= old.size
-			}
-			e.active -= old.size
-			e.freeBlks = append(e.freeBlks, old)
-		}
-		e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1})
-		e.allocated += ev.Size
-		e.active += ev.Size
-	case snapshot.ActionFreeRequested:
-		b := e.live[ev.Addr]
-		if b == nil {
-			e.unmatched++
+	case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+		if e.blks != nil {
+			e.stepDense(i, ev)
 			return
 		}
-		if !b.pending {
-			b.pending = true
-			b.freeReqIdx = i
-			b.freeReqUS = ev.TimeUS
-			e.allocated -= b.size
-			if e.onFree != nil {
-				e.onFree(i, b)
-			}
-		}
-	case snapshot.ActionFreeCompleted:
 		b := e.live[ev.Addr]
-		if b == nil {
-			e.unmatched++
-			return
-		}
-		if !b.pending {
-			e.allocated -= b.size
-			if e.onFree != nil {
-				e.onFree(i, b)
+		switch ev.Action {
+		case snapshot.ActionAlloc:
+			if b != nil {
+				e.doubleAlloc++
+				if !b.pending {
+					e.allocated -= b.size
+				}
+				e.active -= b.size
+				e.freeBlks = append(e.freeBlks, b)
 			}
+			e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1})
+			e.allocated += ev.Size
+			e.active += ev.Size
+		case snapshot.ActionFreeRequested:
+			if b == nil {
+				e.unmatched++
+				return
+			}
+			e.freeRequested(i, ev, b)
+		case snapshot.ActionFreeCompleted:
+			if b == nil {
+				e.unmatched++
+				return
+			}
+			e.freeCompleted(i, b)
+			delete(e.live, ev.Addr)
+			if e.onFreeDone != nil {
+				e.onFreeDone(i, b)
+			}
+			e.freeBlks = append(e.freeBlks, b)
 		}
-		e.active -= b.size
-		delete(e.live, ev.Addr)
-		if e.onFreeDone != nil {
-			e.onFreeDone(i, b)
-		}
-		e.freeBlks = append(e.freeBlks, b)
 	case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
 		e.reserved += ev.Size
 		if ev.Action == snapshot.ActionSegmentAlloc {
@@ -400,19 +525,81 @@ func (e *engine) step() {
 	}
 }
 
+// stepDense is step for a block event of a dense engine.
+func (e *engine) stepDense(i int, ev *snapshot.Event) {
+	id := e.x.Slot[i]
+	b, on := &e.blks[id], e.inUse[id]
+	switch ev.Action {
+	case snapshot.ActionAlloc:
+		if on {
+			e.doubleAlloc++
+			if !b.pending {
+				e.allocated -= b.size
+			}
+			e.active -= b.size
+		} else {
+			e.inUse[id] = true
+			e.nUsed++
+		}
+		*b = liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1}
+		e.allocated += ev.Size
+		e.active += ev.Size
+	case snapshot.ActionFreeRequested:
+		if !on {
+			e.unmatched++
+			return
+		}
+		e.freeRequested(i, ev, b)
+	case snapshot.ActionFreeCompleted:
+		if !on {
+			e.unmatched++
+			return
+		}
+		e.freeCompleted(i, b)
+		e.inUse[id] = false
+		e.nUsed--
+		if e.onFreeDone != nil {
+			e.onFreeDone(i, b)
+		}
+	}
+}
+
+func (e *engine) freeRequested(i int, ev *snapshot.Event, b *liveBlk) {
+	if !b.pending {
+		b.pending = true
+		b.freeReqIdx = i
+		b.freeReqUS = ev.TimeUS
+		e.allocated -= b.size
+		if e.onFree != nil {
+			e.onFree(i, b)
+		}
+	}
+}
+
+func (e *engine) freeCompleted(i int, b *liveBlk) {
+	if !b.pending {
+		e.allocated -= b.size
+		if e.onFree != nil {
+			e.onFree(i, b)
+		}
+	}
+	e.active -= b.size
+}
+
 // consistent reports whether the replayed live blocks are exactly the file's final active blocks
 // (same addresses, states and sizes, rounded or requested).
 func (e *engine) consistent() bool {
-	if e.unmatched > 0 || e.doubleAlloc > 0 || e.reserved != e.finalRes || len(e.live) != len(e.finalBlocks) {
+	if e.unmatched > 0 || e.doubleAlloc > 0 || e.reserved != e.finalRes || e.liveCount() != len(e.finalBlocks) {
 		return false
 	}
-	for addr, b := range e.live {
-		fb, ok := e.finalBlocks[addr]
-		if !ok || (fb.State == snapshot.StateActivePendingFree) != b.pending || (b.size != fb.Size && b.size != fb.RequestedSize) {
-			return false
+	ok := true
+	e.eachLive(func(addr uint64, b *liveBlk) {
+		fb, found := e.finalBlocks[addr]
+		if !found || (fb.State == snapshot.StateActivePendingFree) != b.pending || (b.size != fb.Size && b.size != fb.RequestedSize) {
+			ok = false
 		}
-	}
-	return true
+	})
+	return ok
 }
 
 func (e *engine) done() bool { return e.next >= len(e.evs) }
@@ -450,13 +637,14 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 		rep    representative
 	}
 	m := map[string]*agg{}
+	var keys siteKeys
 	var total int64
 	var mix peakMix
 	var optTop int64
 	now := e.next - 1
-	for addr, b := range e.live {
+	e.eachLive(func(addr uint64, b *liveBlk) {
 		if b.pending {
-			continue
+			return
 		}
 		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, now)
 		if at.ctx == ctxOptimizer {
@@ -470,7 +658,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 				mix.optNew += b.size
 			}
 		}
-		k := at.rowKey()
+		k := keys.rowKey(at, b.stack)
 		g := m[k]
 		if g == nil {
 			g = &agg{at: at, sizes: sizeHist{}}
@@ -489,7 +677,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 		if at.Category == CategoryActivation {
 			mix.activation += b.size
 		}
-	}
+	})
 	out := make([]SiteBytes, 0, len(m))
 	for _, g := range m {
 		sb := SiteBytes{SiteIdentity: g.at.SiteIdentity, Category: g.at.Category, Evidence: g.at.Evidence,
@@ -506,6 +694,38 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 		out = out[:limit]
 	}
 	return out, mix
+}
+
+// siteKeys caches SiteIdentity.key by stack: a site's key is built once, not once per block.
+// A stack's blocks nearly always share their site (only a frameless block alive before the
+// trace gets another); an entry is used only when the site is the one it was built for.
+type siteKeys struct {
+	ids  []SiteIdentity // by stack id + 1
+	keys []string
+}
+
+func (c *siteKeys) siteKey(at Attribution, stack snapshot.StackID) string {
+	k := int(stack) + 1
+	if k < 0 {
+		return at.key()
+	}
+	if k >= len(c.keys) {
+		c.ids = append(c.ids, make([]SiteIdentity, k+1-len(c.ids))...)
+		c.keys = append(c.keys, make([]string, k+1-len(c.keys))...)
+	}
+	if c.keys[k] == "" || c.ids[k] != at.SiteIdentity {
+		c.ids[k], c.keys[k] = at.SiteIdentity, at.key()
+	}
+	return c.keys[k]
+}
+
+// rowKey is Attribution.rowKey with the site's key from the cache.
+func (c *siteKeys) rowKey(at Attribution, stack snapshot.StackID) string {
+	cat := at.Category
+	if cat == CategoryUserContainer {
+		cat = CategoryOther
+	}
+	return c.siteKey(at, stack) + "\x00" + cat
 }
 
 func sortSiteBytes(s []SiteBytes) {
@@ -558,15 +778,24 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 		return nil, err
 	}
 	dev := opt.Device
-	e := newEngine(snap, dev)
-	r := newReplayResult(snap, roles, e, dev)
+	// The walk needs no roles, and the roles' trace context (phases, steps, lifetimes) needs
+	// no walk: they are worked out at once, on two goroutines (and the stacks' attributions
+	// on the idle cores meanwhile, see attrTable). roles is the other goroutine's until it is
+	// done.
+	var prepared sync.WaitGroup
+	prepared.Go(func() { roles.deviceLifetimes(dev) })
+	seed := newEngineSeed(snap, dev)
+	e := seed.engine(true)
+	r := newReplayResult(snap, e, dev)
 	frees := watchFrees(snap, e, r)
 	w, err := walkTrace(ctx, e, r)
+	prepared.Wait()
 	if err != nil {
 		return nil, err
 	}
+	r.HasTrace = roles.device(dev).hasTrace
 	frees.finish(roles, dev, e, limit)
-	if err := explainPeak(ctx, snap, roles, dev, r, w.after, limit); err != nil {
+	if err := explainPeak(ctx, seed, roles, dev, r, w.after, limit); err != nil {
 		return nil, err
 	}
 	replaySteps(roles, dev, e, r, w, limit)
@@ -577,8 +806,8 @@ func ReplayDevice(ctx context.Context, snap *snapshot.Snapshot, opt ReplayOption
 
 // newReplayResult is the result before the walk: the file's final state and the engine's
 // reconstruction of the state at the first event.
-func newReplayResult(snap *snapshot.Snapshot, roles *Roles, e *engine, dev int) *ReplayResult {
-	r := &ReplayResult{Path: snap.Path, Device: dev, HasTrace: roles.device(dev).hasTrace, Events: len(e.evs),
+func newReplayResult(snap *snapshot.Snapshot, e *engine, dev int) *ReplayResult {
+	r := &ReplayResult{Path: snap.Path, Device: dev, Events: len(e.evs),
 		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{}, Stages: []Stage{},
 		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none"}
 	r.DelayedFrees = DelayedFrees{Streams: []string{}, Sites: []SiteBytes{}}
@@ -664,12 +893,12 @@ func watchFrees(snap *snapshot.Snapshot, e *engine, r *ReplayResult) *freeWatch 
 // finish turns what the walk collected into the result's sites, streams and advice.
 func (w *freeWatch) finish(roles *Roles, dev int, e *engine, limit int) {
 	r := w.r
-	for _, b := range e.live {
+	e.eachLive(func(_ uint64, b *liveBlk) {
 		if b.pending && b.freeReqIdx >= 0 {
 			r.DelayedFrees.PendingAtEnd++
 			w.streams[b.stream] = true
 		}
-	}
+	})
 	for s := range w.streams {
 		r.DelayedFrees.Streams = append(r.DelayedFrees.Streams, fmt.Sprintf("0x%x", s))
 	}
@@ -696,14 +925,14 @@ func (w *freeWatch) finish(roles *Roles, dev int, e *engine, limit int) {
 // walk is what the walk over the trace leaves for the later steps.
 type walk struct {
 	hasSegEvents   bool
-	allocsPerStack map[snapshot.StackID]int // allocations per stack
-	before, after  []int64                  // allocated bytes around every event
+	allocsPerStack []int   // allocations per stack id + 1 (NoStack is -1)
+	before, after  []int64 // allocated bytes around every event
 }
 
 // walkTrace applies every event, tracking peaks, event counts and the time span.
 func walkTrace(ctx context.Context, e *engine, r *ReplayResult) (*walk, error) {
-	counts := map[snapshot.Action]int64{}
-	w := &walk{allocsPerStack: map[snapshot.StackID]int{}, before: make([]int64, len(e.evs)), after: make([]int64, len(e.evs))}
+	var counts [256]int64
+	w := &walk{allocsPerStack: make([]int, len(e.snap.Stacks)+1), before: make([]int64, len(e.evs)), after: make([]int64, len(e.evs))}
 	for e.next < len(e.evs) {
 		i := e.next
 		if i&0xffff == 0 {
@@ -711,13 +940,17 @@ func walkTrace(ctx context.Context, e *engine, r *ReplayResult) (*walk, error) {
 				return nil, fmt.Errorf("replay: %w", err)
 			}
 		}
-		ev := e.evs[i]
+		ev := &e.evs[i]
 		counts[ev.Action]++
 		switch ev.Action {
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree, snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
 			w.hasSegEvents = true
 		case snapshot.ActionAlloc:
-			w.allocsPerStack[ev.Stack]++
+			k := max(int(ev.Stack)+1, 0)
+			if k >= len(w.allocsPerStack) {
+				w.allocsPerStack = append(w.allocsPerStack, make([]int, k+1-len(w.allocsPerStack))...)
+			}
+			w.allocsPerStack[k]++
 		case snapshot.ActionOOM:
 			r.OOMEvents++
 		}
@@ -755,9 +988,9 @@ func walkTrace(ctx context.Context, e *engine, r *ReplayResult) (*walk, error) {
 
 // explainPeak replays again up to the allocated peak and says who is live there, what the
 // device was doing, and the advice the mix at the peak supports (checkpointing, optimizer).
-func explainPeak(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, dev int, r *ReplayResult, after []int64, limit int) error {
-	pe := newEngine(snap, dev)
-	if err := pe.run(ctx, r.PeakAllocatedEvent+1); err != nil {
+func explainPeak(ctx context.Context, seed *engineSeed, roles *Roles, dev int, r *ReplayResult, after []int64, limit int) error {
+	pe, err := seed.allocatedAt(ctx, r.PeakAllocatedEvent)
+	if err != nil {
 		return err
 	}
 	var mix peakMix
@@ -904,7 +1137,7 @@ func optimizerAdvice(r *ReplayResult, mix peakMix) string {
 // real steps: memory allocated every step and never freed. Without steps (a single pass, or
 // steps unknown) nothing can be said to repeat. Optimizer state created in the first step only is
 // expected and labelled so.
-func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[snapshot.StackID]int, limit int) []RepeatingSite {
+func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs []int, limit int) []RepeatingSite {
 	out := []RepeatingSite{}
 	if len(starts) < 2 {
 		return out
@@ -919,12 +1152,13 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[s
 		sizes  sizeHist
 	}
 	m := map[string]*agg{}
-	for addr, b := range e.live {
+	var keys siteKeys
+	e.eachLive(func(addr uint64, b *liveBlk) {
 		if b.allocIdx < 0 || b.pending {
-			continue
+			return
 		}
 		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, len(e.evs))
-		k := at.key() + "\x00" + at.Category
+		k := keys.siteKey(at, b.stack) + "\x00" + at.Category
 		g := m[k]
 		if g == nil {
 			g = &agg{at: at, iters: map[int]bool{}, sizes: sizeHist{}}
@@ -937,10 +1171,13 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs map[s
 		if st := stepOf(starts, b.allocIdx); st >= 0 { // before the first step: setup, not a step
 			g.iters[st] = true
 		}
-	}
-	for id, n := range allocs {
-		at := roles.Stack(dev, id)
-		if g := m[at.key()+"\x00"+at.Category]; g != nil {
+	})
+	for k, n := range allocs {
+		if n == 0 {
+			continue
+		}
+		at := roles.Stack(dev, snapshot.StackID(k-1))
+		if g := m[keys.siteKey(at, snapshot.StackID(k-1))+"\x00"+at.Category]; g != nil {
 			g.allocs += n
 		}
 	}

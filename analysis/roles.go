@@ -2,9 +2,11 @@ package analysis
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -19,6 +21,7 @@ type Roles struct {
 	devs   map[int]*deviceRoles
 	params map[devSize]string // a live parameter site per (device, block size)
 	ctxs   []int8             // stack id + 1 -> context + 1 (0: not yet classified)
+	attrs  *attrTable
 }
 
 type devSize struct {
@@ -50,11 +53,12 @@ type lifeStats struct {
 
 // deviceRoles is the trace context of one device.
 type deviceRoles struct {
+	dev           int
 	evs           []snapshot.Event
 	hasTrace      bool
-	phases        []phase // per event: the phase the device was in
-	allocs        [4]int  // alloc events per phase
-	allocsByStack map[snapshot.StackID]int
+	phases        []phase   // per event: the phase the device was in
+	allocs        [4]int    // alloc events per phase
+	allocsByStack []int     // alloc events per stack id + 1 (NoStack is -1)
 	firstFrame    [4]string // the frame that first put the device in each phase
 	hasBackward   bool      // the trace or the live blocks show a backward pass
 	steps         StepInfo
@@ -68,7 +72,10 @@ type deviceRoles struct {
 	runStarts  []int            // first event of each phase run
 	runPhases  []phase          // phase of each run
 	retained   map[int32]bool   // forward runs whose graph outlived the backward pass after them
-	bwRuns     []bwRun          // the backward passes (see backwardRuns), nil until first needed
+	// refined[id+1] is refine's answer for a stack, when isRefined[id+1].
+	refined   []Attribution
+	isRefined []bool
+	bwRuns    []bwRun // the backward passes (see backwardRuns), nil until first needed
 }
 
 // fate is how one allocation ended, relative to the phase run that made it.
@@ -109,13 +116,16 @@ func NewRoles(snap *snapshot.Snapshot, opt AttributionOptions) (*Roles, error) {
 }
 
 func rolesWith(snap *snapshot.Snapshot, a *Attributor) *Roles {
-	return &Roles{snap: snap, a: a, devs: map[int]*deviceRoles{}}
+	return &Roles{snap: snap, a: a, devs: map[int]*deviceRoles{}, attrs: newAttrTable(snap, a)}
 }
+
+// attr is Attributor.Attribute of a stack, from the table the helpers fill.
+func (r *Roles) attr(id snapshot.StackID) Attribution { return r.attrs.get(id) }
 
 // Stack is the role of a stack on device dev, refined by how the trace's allocations from it
 // ended.
 func (r *Roles) Stack(dev int, id snapshot.StackID) Attribution {
-	at := r.a.Attribute(r.snap, id)
+	at := r.attr(id)
 	if at.ctx == ctxNone {
 		return at
 	}
@@ -144,7 +154,7 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 	if i, ok := d.finalAlloc[b.Address]; ok && b.State != snapshot.StateInactive {
 		idx = i
 	}
-	at := r.a.Attribute(r.snap, b.Stack)
+	at := r.attr(b.Stack)
 	if at.ctx == ctxNone {
 		return r.frameless(dev, d, at, b.Address, b.Size, idx, b.State != snapshot.StateInactive), idx
 	}
@@ -187,7 +197,7 @@ func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, a
 		at := Attribution{SiteIdentity: SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone}, Category: CategoryOther}
 		return r.frameless(dev, d, at, addr, size, -1, false)
 	}
-	at := r.a.Attribute(r.snap, stack)
+	at := r.attr(stack)
 	if at.ctx == ctxNone {
 		return r.frameless(dev, d, at, addr, size, allocIdx, false)
 	}
@@ -273,7 +283,7 @@ func (r *Roles) device(dev int) *deviceRoles {
 	if d := r.devs[dev]; d != nil {
 		return d
 	}
-	d := &deviceRoles{allocsByStack: map[snapshot.StackID]int{}}
+	d := &deviceRoles{dev: dev}
 	r.devs[dev] = d
 	d.evs = r.traceOf(dev)
 	state := 0 // one event (the max_entries=1 "state only" pattern) is not a trace
@@ -307,11 +317,11 @@ func (r *Roles) stackCtx(id snapshot.StackID) (stackContext, string) {
 	}
 	i := int(id) + 1 // NoStack is -1
 	if i < 0 || i >= len(r.ctxs) {
-		at := r.a.Attribute(r.snap, id)
+		at := r.attr(id)
 		return at.ctx, at.frame
 	}
 	if r.ctxs[i] == 0 {
-		at := r.a.Attribute(r.snap, id)
+		at := r.attr(id)
 		r.ctxs[i] = int8(at.ctx) + 1
 		return at.ctx, at.frame
 	}
@@ -323,6 +333,7 @@ func (r *Roles) stackCtx(id snapshot.StackID) (stackContext, string) {
 // override; with stacks="python" a frameless allocation is the autograd engine's).
 func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	d.phases = make([]phase, len(d.evs))
+	d.allocsByStack = make([]int, len(r.snap.Stacks)+1)
 	windows := optimizerWindows(r.snap, dev)
 	inWindow := func(t int64) bool {
 		for _, w := range windows {
@@ -356,10 +367,23 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 				cur = p
 			}
 			d.allocs[cur]++
-			d.allocsByStack[ev.Stack]++
+			if k := int(ev.Stack) + 1; k >= 0 && k < len(d.allocsByStack) {
+				d.allocsByStack[k]++
+			} else {
+				d.countAlloc(ev.Stack)
+			}
 		}
 		d.phases[i] = cur
 	}
+}
+
+// countAlloc counts an alloc event of a stack the table does not reach yet (growing it).
+func (d *deviceRoles) countAlloc(id snapshot.StackID) {
+	k := max(int(id)+1, 0)
+	if k >= len(d.allocsByStack) {
+		d.allocsByStack = append(d.allocsByStack, make([]int, k+1-len(d.allocsByStack))...)
+	}
+	d.allocsByStack[k]++
 }
 
 // stat is the lifetime counts of a stack (ids beyond the file's stacks grow the table).
@@ -387,9 +411,11 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		ph    phase
 		idx   int32
 		freed bool
+		ok    bool // an alloc made it and no free_completed ended it
 	}
-	// Sized for the addresses a trace touches (far fewer than its events: the allocator reuses them).
-	live := make(map[uint64]liveRec, min(len(d.evs)/8+1024, 1<<22))
+	// By the trace index's block id: the allocation alive at each address.
+	x := r.snap.TraceIndex(d.dev)
+	live := make([]liveRec, len(x.Blocks))
 	run, prev := int32(0), phaseNone
 	d.runStarts, d.runPhases = []int{0}, []phase{phaseNone}
 	// survivors: per forward run, the stacks with allocations alive after the backward run that
@@ -409,10 +435,10 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		switch ev.Action {
 		case snapshot.ActionAlloc:
 			d.stat(ev.Stack).allocs++
-			live[ev.Addr] = liveRec{stack: ev.Stack, run: run, ph: cur, idx: int32(i)}
+			live[x.Slot[i]] = liveRec{stack: ev.Stack, run: run, ph: cur, idx: int32(i), ok: true}
 		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-			b, ok := live[ev.Addr]
-			if !ok {
+			b := &live[x.Slot[i]]
+			if !b.ok {
 				if _, seen := d.preFree[ev.Addr]; !seen {
 					d.preFree[ev.Addr] = cur
 				}
@@ -434,19 +460,19 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 				if b.ph == phaseBackward && b.run != run {
 					s.outlivedBw++
 				}
-				survived(b, run)
+				survived(*b, run)
 				b.freed = true
-				live[ev.Addr] = b
 			}
 			if ev.Action == snapshot.ActionFreeCompleted {
-				delete(live, ev.Addr)
+				*b = liveRec{}
 			}
 		}
 	}
-	for addr, b := range live {
-		if b.freed {
+	for id, b := range live {
+		if !b.ok || b.freed {
 			continue
 		}
+		addr := x.Blocks[id]
 		survived(b, run+1) // the trace's last run ended with it
 		s := d.stat(b.stack)
 		s.alive++
@@ -542,7 +568,7 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 	bw, opt := d.allocs[phaseBackward], d.allocs[phaseOptimizer]
 	bwFrame, optFrame = d.firstFrame[phaseBackward], d.firstFrame[phaseOptimizer]
 	look := func(id snapshot.StackID, n int) {
-		at := r.a.Attribute(r.snap, id)
+		at := r.attr(id)
 		switch at.ctx {
 		case ctxForward, ctxAutocast:
 			fwd += n
@@ -576,8 +602,10 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 			hint = at.hint
 		}
 	}
-	for id, n := range d.allocsByStack {
-		look(id, n)
+	for k, n := range d.allocsByStack { // in stack order: the first hint is the same every time
+		if n > 0 {
+			look(snapshot.StackID(k-1), n)
+		}
 	}
 	for si := range r.snap.Segments {
 		s := &r.snap.Segments[si]
@@ -628,7 +656,7 @@ func (r *Roles) paramSizes() map[devSize]string {
 			if b.State != snapshot.StateActiveAllocated || b.Stack <= snapshot.EmptyStack {
 				continue
 			}
-			if at := r.a.Attribute(r.snap, b.Stack); at.ctx == ctxParameter {
+			if at := r.attr(b.Stack); at.ctx == ctxParameter {
 				k := devSize{s.Device, b.Size}
 				if _, ok := r.params[k]; !ok {
 					r.params[k] = at.Site
@@ -642,8 +670,23 @@ func (r *Roles) paramSizes() map[devSize]string {
 func majority(n, of int) bool { return of > 0 && 2*n > of }
 
 // refine settles the roles that depend on timing, from how the trace's allocations of the stack
-// ended.
+// ended. at is the stack's attribution (r.attr(id)); the result is kept per device and stack.
 func (r *Roles) refine(d *deviceRoles, at Attribution, id snapshot.StackID) Attribution {
+	k := int(id) + 1
+	if k < 0 || k >= len(r.snap.Stacks)+1 {
+		return r.refineStack(d, at, id)
+	}
+	if d.refined == nil {
+		d.refined = make([]Attribution, len(r.snap.Stacks)+1)
+		d.isRefined = make([]bool, len(r.snap.Stacks)+1)
+	}
+	if !d.isRefined[k] {
+		d.refined[k], d.isRefined[k] = r.refineStack(d, at, id), true
+	}
+	return d.refined[k]
+}
+
+func (r *Roles) refineStack(d *deviceRoles, at Attribution, id snapshot.StackID) Attribution {
 	var s *lifeStats
 	if int(id)+1 < len(d.stats) && d.stats[id+1].allocs > 0 {
 		s = &d.stats[id+1]
@@ -766,4 +809,87 @@ func stepsSpanned(starts []int, idxs []int) int {
 		}
 	}
 	return len(seen)
+}
+
+// attrTable holds Attributor.Attribute for every stack of a snapshot. Attributing a stack
+// (reading each of its frames) is the costliest step of a role, so helper goroutines fill the
+// table on the cores the analysis leaves idle while the caller's goroutine works: the caller
+// attributes the stacks it needs as it meets them (a trace meets them roughly in id order),
+// the helpers take the others from the last id down, and each stack is attributed once, by
+// whichever claims it first. AttributeFrames only reads the Attributor, so the helpers never
+// touch its cache; the caller's goroutine records each stack there once.
+type attrTable struct {
+	snap *snapshot.Snapshot
+	a    *Attributor
+	vals []Attribution // by stack id + 1; vals[k] is written once, by whoever claimed k
+	// state[k]: 0 unclaimed, 1 being attributed, 2 done (vals[k] set).
+	state []atomic.Uint32
+	next  atomic.Int64 // the helpers take ids from len(vals)-1 down
+	// Owned by the caller's goroutine: which stacks it has recorded in the Attributor's cache.
+	recorded []bool
+}
+
+// attrHelpers is how many goroutines fill an attribution table: the cores beyond the
+// caller's, at most four.
+func attrHelpers() int { return min(runtime.GOMAXPROCS(0)-1, 4) }
+
+func newAttrTable(snap *snapshot.Snapshot, a *Attributor) *attrTable {
+	n := len(snap.Stacks) + 1
+	t := &attrTable{snap: snap, a: a, vals: make([]Attribution, n), state: make([]atomic.Uint32, n), recorded: make([]bool, n)}
+	t.next.Store(int64(n - 1))
+	if n > 64 {
+		for range attrHelpers() {
+			go t.help()
+		}
+	}
+	return t
+}
+
+// compute is Attributor.Attribute without the cache (and safe on any goroutine).
+func (t *attrTable) compute(id snapshot.StackID) Attribution {
+	snap := t.snap
+	noStack := id == snapshot.NoStack ||
+		(id == snapshot.EmptyStack && !snap.Caps.FramesOnBlocks && !snap.Caps.FramesOnAllocs)
+	return t.a.AttributeFrames(snap.StackFrames(id), noStack, snap.Caps)
+}
+
+// claim attributes stack index k if nobody has claimed it; false if someone has.
+func (t *attrTable) claim(k int) bool {
+	if !t.state[k].CompareAndSwap(0, 1) {
+		return false
+	}
+	t.vals[k] = t.compute(snapshot.StackID(k - 1))
+	t.state[k].Store(2)
+	return true
+}
+
+func (t *attrTable) help() {
+	for {
+		k := int(t.next.Add(-1) + 1)
+		if k < 0 {
+			return
+		}
+		t.claim(k)
+	}
+}
+
+// get returns the attribution of stack id (on the caller's goroutine only).
+func (t *attrTable) get(id snapshot.StackID) Attribution {
+	k := int(id) + 1
+	if k < 0 || k >= len(t.vals) {
+		return t.a.Attribute(t.snap, id)
+	}
+	if t.state[k].Load() != 2 && !t.claim(k) {
+		for t.state[k].Load() != 2 { // a helper is on it: it takes as long as doing it here
+			runtime.Gosched()
+		}
+	}
+	at := t.vals[k]
+	if !t.recorded[k] {
+		t.recorded[k] = true
+		if _, ok := t.a.cache[attrKey{t.snap, id}]; !ok {
+			t.a.cache[attrKey{t.snap, id}] = at
+		}
+	}
+	return at
 }

@@ -473,50 +473,51 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 	if dev >= 0 && dev < len(snap.DeviceTraces) {
 		evs = snap.DeviceTraces[dev]
 	}
+	// Per block address of the trace (dense ids): its last alloc's size and where it stands.
 	type blk struct {
-		size          int64
-		pending, gone bool // gone: completely freed (the address has been seen)
+		size               int64
+		set, pending, gone bool // set: the address has had an event; gone: completely freed
 	}
-	// Sized for the addresses a trace touches (far fewer than its events: the allocator reuses
-	// them), so the map rarely grows while the pass runs.
-	seen := make(map[uint64]blk, min(len(evs)/8+1024, 1<<22))
+	x := snap.TraceIndex(dev)
+	seen := make([]blk, len(x.Blocks))    // every id is set by its address's first event
 	var before, running, maxRunning int64 // allocated: seeded, trace's running change, its max
 	var segNet, segRunning, maxSeg int64
-	for i, ev := range evs {
+	for i := range evs {
 		if i&0xffff == 0 {
 			if err := ctx.Err(); err != nil {
 				return peaks{}, fmt.Errorf("replay: %w", err)
 			}
 		}
+		ev := &evs[i]
 		switch ev.Action {
 		case snapshot.ActionAlloc:
-			if b, ok := seen[ev.Addr]; ok && !b.gone && !b.pending {
+			b := &seen[x.Slot[i]]
+			if b.set && !b.gone && !b.pending {
 				running -= b.size // allocated twice without a free: the replay drops the old block
 			}
-			seen[ev.Addr] = blk{size: ev.Size}
+			*b = blk{size: ev.Size, set: true}
 			running += ev.Size
 		case snapshot.ActionFreeRequested:
-			b, ok := seen[ev.Addr]
+			b := &seen[x.Slot[i]]
 			switch {
-			case !ok: // alive before the trace
+			case !b.set: // alive before the trace
 				before += ev.Size
 				running -= ev.Size
-				seen[ev.Addr] = blk{size: ev.Size, pending: true}
+				*b = blk{size: ev.Size, set: true, pending: true}
 			case !b.gone && !b.pending:
 				running -= b.size
 				b.pending = true
-				seen[ev.Addr] = b
 			}
 		case snapshot.ActionFreeCompleted:
-			b, ok := seen[ev.Addr]
+			b := &seen[x.Slot[i]]
 			switch {
-			case !ok: // alive (pending) before the trace: never counted as allocated
-				seen[ev.Addr] = blk{gone: true}
+			case !b.set: // alive (pending) before the trace: never counted as allocated
+				*b = blk{set: true, gone: true}
 			case !b.gone:
 				if !b.pending {
 					running -= b.size
 				}
-				seen[ev.Addr] = blk{gone: true}
+				*b = blk{set: true, gone: true}
 			}
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
 			segNet += ev.Size
@@ -529,8 +530,11 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 		maxSeg = max(maxSeg, segRunning)
 	}
 	requested := traceSizesAreRequested(snap, dev, evs, func(addr uint64) (int64, bool) {
-		b, ok := seen[addr] // a live block's entry keeps its last alloc's size
-		return b.size, ok && !b.gone
+		id, ok := x.Block(addr) // a live block's entry keeps its last alloc's size
+		if !ok {
+			return 0, false
+		}
+		return seen[id].size, !seen[id].gone
 	})
 	var finalRes int64
 	for si := range snap.Segments {
@@ -543,7 +547,7 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 			if b.State != snapshot.StateActiveAllocated {
 				continue
 			}
-			if _, ok := seen[b.Address]; ok {
+			if _, ok := x.Block(b.Address); ok {
 				continue
 			}
 			size := b.Size

@@ -122,6 +122,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		rep       representative
 	}
 	groups := map[string]*agg{}
+	var keys siteKeys
 	noStack, emptyStack := 0, 0
 	labels := map[int]eventLabels{}
 	labelsOf := func(dev int) eventLabels {
@@ -184,7 +185,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			var key string
 			switch opt.GroupBy {
 			case "site":
-				key = at.key()
+				key = keys.siteKey(at, b.Stack)
 			case "stack":
 				key = fmt.Sprint(b.Stack)
 			case "file":
@@ -199,7 +200,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 				}
 			}
 			if opt.GroupBy == "site" || opt.GroupBy == "stack" {
-				key += "\x00" + at.rowKey() // one row per role: a site can hold activations and a workspace
+				key += "\x00" + keys.rowKey(at, b.Stack) // one row per role: a site can hold activations and a workspace
 			}
 			g := groups[key]
 			if g == nil {

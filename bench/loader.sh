@@ -1,57 +1,77 @@
 #!/usr/bin/env bash
-# Loader benchmark: memsnap summarize vs Python's pickle.load on a ~300 MB snapshot-shaped pickle.
+# Loader benchmark: memsnap against Python's pickle.load on snapshot-shaped pickles of ~300 MB
+# and ~1 GB, every command, and the MCP server.
 #
-# Builds memsnap, generates the file with bench/gensnap (cached in /tmp, keyed by the generator's
-# and the pickle writer's sources), then alternates RUNS runs of
+# Builds memsnap, generates the files with bench/gensnap (cached in /tmp, keyed by the
+# generator's and the pickle writer's sources and the flags), then for each file alternates
+# RUNS rounds of
 #   memsnap summarize FILE --json >/dev/null
 #   python3 -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' FILE
-# under /usr/bin/time -v and prints the median wall time and median peak RSS of each, and the
-# ratios python/memsnap.
+#   memsnap top-stacks | oom | fragmentation | replay FILE --json, memsnap diff FILE FILE --json
+# under /usr/bin/time -v, and times a cold and a warm MCP summarize call (bench/mcpbench).
+# It prints, per file, the median wall time and peak RSS of each, the ratios python/memsnap
+# side by side for both files, each command against summarize, and the MCP calls against the
+# CLI.
 #
-# Environment: RUNS (default 5), FILE (use this snapshot instead of generating one),
-# MEMSNAP (use this binary instead of building ./cmd/memsnap), PYTHON (default python3),
-# GENSNAP_FLAGS (extra flags for bench/gensnap, e.g. "-events 200000").
+# Environment: RUNS (default 5), SIZES (default "300 1000": which files, in MB, of 300 and
+# 1000), FILE (measure this snapshot only, instead of generating), MEMSNAP (use this binary
+# instead of building ./cmd/memsnap), PYTHON (default python3), COMMANDS (default "top-stacks
+# oom fragmentation replay diff"; empty for summarize and Python only), MCP (default 1; 0 skips
+# the MCP calls).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 PYTHON=${PYTHON:-python3}
+SIZES=${SIZES:-300 1000}
+COMMANDS=${COMMANDS-top-stacks oom fragmentation replay diff}
+MCP=${MCP:-1}
 
 if [[ ! -x /usr/bin/time ]]; then
 	echo "loader.sh: installing GNU time" >&2
 	apt-get update >/dev/null && apt-get install -y time >/dev/null
 fi
 
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
 if [[ -z "${MEMSNAP:-}" ]]; then
 	echo "loader.sh: building memsnap" >&2
-	go build -o /tmp/memsnap ./cmd/memsnap
-	MEMSNAP=/tmp/memsnap
+	go build -o "$work/memsnap" ./cmd/memsnap
+	MEMSNAP=$work/memsnap
+fi
+if [[ "$MCP" != 0 ]]; then
+	go build -o "$work/mcpbench" ./bench/mcpbench
 fi
 
-if [[ -z "${FILE:-}" ]]; then
-	key=$( (cat bench/gensnap/main.go analysis/pickle/writer/*.go analysis/snapshot/*.go; echo "${GENSNAP_FLAGS:-}") | sha256sum | cut -c1-12)
-	FILE=/tmp/memsnap-bench-$key.pickle
-	if [[ ! -s "$FILE" ]]; then
-		echo "loader.sh: generating $FILE" >&2
-		go build -o /tmp/gensnap ./bench/gensnap
+# snapshot MB: the cached generated file of about MB megabytes.
+snapshot() {
+	local flags=""
+	case $1 in
+	300) flags="" ;;
+	1000) flags="-events 5500000" ;;
+	*) echo "loader.sh: no generator settings for $1 MB (use 300 or 1000)" >&2; exit 1 ;;
+	esac
+	local key
+	key=$( (cat bench/gensnap/main.go analysis/pickle/writer/*.go; echo "$flags") | sha256sum | cut -c1-12)
+	local file=/tmp/memsnap-bench-$key.pickle
+	if [[ ! -s "$file" ]]; then
+		echo "loader.sh: generating $file" >&2
+		[[ -x "$work/gensnap" ]] || go build -o "$work/gensnap" ./bench/gensnap
 		# shellcheck disable=SC2086
-		/tmp/gensnap -o "$FILE.tmp" ${GENSNAP_FLAGS:-}
-		mv "$FILE.tmp" "$FILE"
+		"$work/gensnap" -o "$file.tmp" $flags
+		mv "$file.tmp" "$file"
 	fi
-fi
-[[ -s "$FILE" ]] || { echo "loader.sh: $FILE is missing or empty" >&2; exit 1; }
-echo "loader.sh: $FILE ($(stat -c %s "$FILE") bytes), $RUNS runs each" >&2
+	echo "$file"
+}
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# measure NAME CMD...: runs CMD under /usr/bin/time -v, appends "seconds kbytes" to $tmp/NAME.
+# measure OUT CMD...: runs CMD under /usr/bin/time -v, appends "seconds kbytes" to OUT.
 measure() {
-	local name=$1
+	local out=$1
 	shift
-	if ! /usr/bin/time -v -o "$tmp/time.txt" "$@" >/dev/null 2>"$tmp/err.txt"; then
-		echo "loader.sh: $name failed:" >&2
-		cat "$tmp/err.txt" "$tmp/time.txt" >&2
+	if ! /usr/bin/time -v -o "$work/time.txt" "$@" >/dev/null 2>"$work/err.txt"; then
+		echo "loader.sh: failed: $*" >&2
+		cat "$work/err.txt" "$work/time.txt" >&2
 		exit 1
 	fi
 	awk '
@@ -64,28 +84,74 @@ measure() {
 		END {
 			if (wall == "" || rss == "") { exit 1 }
 			print wall, rss
-		}' "$tmp/time.txt" >>"$tmp/$name" || { echo "loader.sh: cannot parse /usr/bin/time output" >&2; exit 1; }
+		}' "$work/time.txt" >>"$out" || { echo "loader.sh: cannot parse /usr/bin/time output" >&2; exit 1; }
 }
-
-for i in $(seq "$RUNS"); do
-	measure memsnap "$MEMSNAP" summarize "$FILE" --json
-	measure python "$PYTHON" -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' "$FILE"
-	echo "loader.sh: run $i: memsnap $(tail -1 "$tmp/memsnap"), python $(tail -1 "$tmp/python") (s, KiB)" >&2
-done
 
 # median COLUMN FILE
 median() {
 	cut -d' ' -f"$1" "$2" | sort -g | awk '{ v[NR] = $1 } END {
+		if (NR == 0) { print 0; exit }
 		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-mw=$(median 1 "$tmp/memsnap")
-mr=$(median 2 "$tmp/memsnap")
-pw=$(median 1 "$tmp/python")
-pr=$(median 2 "$tmp/python")
-awk -v mw="$mw" -v mr="$mr" -v pw="$pw" -v pr="$pr" -v runs="$RUNS" 'BEGIN {
-	printf "%-26s %12s %14s\n", "median of " runs " runs", "wall (s)", "peak RSS (MiB)"
-	printf "%-26s %12.2f %14.1f\n", "memsnap summarize --json", mw, mr / 1024
-	printf "%-26s %12.2f %14.1f\n", "python3 pickle.load", pw, pr / 1024
-	if (mw > 0 && mr > 0) printf "%-26s %11.2fx %13.2fx\n", "ratio python/memsnap", pw / mw, pr / mr
-}'
+if [[ -n "${FILE:-}" ]]; then
+	files=("$FILE")
+else
+	files=()
+	for mb in $SIZES; do
+		files+=("$(snapshot "$mb")")
+	done
+fi
+
+summary=$work/summary.txt
+for f in "${files[@]}"; do
+	[[ -s "$f" ]] || { echo "loader.sh: $f is missing or empty" >&2; exit 1; }
+	bytes=$(stat -c %s "$f")
+	echo "loader.sh: $f ($bytes bytes), $RUNS rounds" >&2
+	d=$work/$(basename "$f")
+	mkdir -p "$d"
+	for i in $(seq "$RUNS"); do
+		measure "$d/summarize" "$MEMSNAP" summarize "$f" --json
+		measure "$d/python" "$PYTHON" -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' "$f"
+		for c in $COMMANDS; do
+			case $c in
+			diff) measure "$d/$c" "$MEMSNAP" diff "$f" "$f" --json ;;
+			*) measure "$d/$c" "$MEMSNAP" "$c" "$f" --json ;;
+			esac
+		done
+		if [[ "$MCP" != 0 ]]; then
+			"$work/mcpbench" -memsnap "$MEMSNAP" -n 5 "$f" >>"$d/mcp"
+		fi
+		echo "loader.sh: round $i: summarize $(tail -1 "$d/summarize"), python $(tail -1 "$d/python") (s, KiB)" >&2
+	done
+	mw=$(median 1 "$d/summarize")
+	mr=$(median 2 "$d/summarize")
+	pw=$(median 1 "$d/python")
+	pr=$(median 2 "$d/python")
+	echo "$(basename "$f") $bytes $mw $mr $pw $pr" >>"$summary"
+	{
+		echo
+		awk -v f="$(basename "$f")" -v b="$bytes" -v runs="$RUNS" 'BEGIN { printf "%s (%.0f MB), median of %d rounds\n", f, b / 1e6, runs
+			printf "  %-28s %9s %9s %11s\n", "", "wall (s)", "x summ.", "RSS (MiB)" }'
+		for c in summarize $COMMANDS; do
+			w=$(median 1 "$d/$c")
+			r=$(median 2 "$d/$c")
+			label="memsnap $c"
+			[[ $c == diff ]] && label="memsnap diff (the file twice)"
+			awk -v l="$label" -v w="$w" -v r="$r" -v s="$mw" 'BEGIN { printf "  %-28s %9.2f %8.2fx %11.0f\n", l, w, w / s, r / 1024 }'
+		done
+		awk -v w="$pw" -v r="$pr" -v s="$mw" 'BEGIN { printf "  %-28s %9.2f %8.2fx %11.0f\n", "python3 pickle.load", w, w / s, r / 1024 }'
+		if [[ "$MCP" != 0 ]]; then
+			cw=$(median 1 "$d/mcp")
+			ww=$(median 2 "$d/mcp")
+			awk -v c="$cw" -v w="$ww" -v s="$mw" 'BEGIN {
+				printf "  %-28s %9.2f %8.2fx\n", "MCP summarize, cold", c, c / s
+				printf "  %-28s %9.4f\n", "MCP summarize, warm", w }'
+		fi
+	} >>"$work/details.txt"
+done
+
+cat "$work/details.txt"
+echo
+awk 'BEGIN { printf "%-36s %10s %10s %8s %12s %12s %8s\n", "python3 pickle.load / memsnap summarize", "memsnap s", "python s", "speed", "memsnap MiB", "python MiB", "memory" }
+{ printf "%-36s %10.2f %10.2f %7.2fx %12.0f %12.0f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $3, $5, $5 / $3, $4 / 1024, $6 / 1024, $4 / $6 }' "$summary"

@@ -95,7 +95,7 @@ func TestIssue9Rows(t *testing.T) {
 		{"gzip BINBYTES8 2^31-1", gzBest(binbytes8), 11,
 			"string length 2147483647 is larger than any snapshot string (the limit is 16777216 bytes) (at byte 2)", 8 << 20},
 		{"gzip 128 Mi EMPTY_LIST", gzBest(emptyLists), 200 << 10,
-			"98287 values wait on the stack: more than one per 8 bytes read, which no snapshot needs (at byte 98289)", 32 << 20},
+			"131071 values wait on the stack: more than one per 8 bytes read, which no snapshot needs (at byte 131073)", 32 << 20},
 		{"shared LONG4", p4("}", sstr("segments"), "]s", sstr("x"), "](", long4, "\x94", strings.Repeat("h\x00", 999), "es"), 68000, "", 8 << 20},
 		{"2M nested lists", nested(2000000), 200 << 10, "131071 values wait on the stack: more than one per 8 bytes read, which no snapshot needs (at byte 131073)", 32 << 20},
 		{"memo-shared 2^50 segments", sharedSegments(1<<50, 8192), 17000, "segments[0]: total_size 1125899906842624 is not a possible segment size (0 to 256 TiB)", 8 << 20},

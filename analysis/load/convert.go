@@ -49,6 +49,8 @@ type converter struct {
 	// reference. spent counts what was taken.
 	budget, spent int64
 	bigText       map[*big.Int]string
+	// indexes are the trace indexes the decoder built (pickle.EventList.Index).
+	indexes []*snapshot.TraceIndex
 }
 
 func newConverter(in *snapshot.Interner, extras []snapshot.EventExtra, maxEvents int) *converter {
@@ -215,6 +217,15 @@ func (c *converter) snapshot(root any, format snapshot.Format) (*snapshot.Snapsh
 		}
 	}
 	s.Frames, s.Stacks, s.EventExtras = c.in.Frames, c.in.Stacks, c.extras
+	byDev := map[int]*snapshot.TraceIndex{}
+	for d, evs := range s.DeviceTraces {
+		for _, x := range c.indexes {
+			if x.Indexes(evs) {
+				byDev[d] = x
+			}
+		}
+	}
+	s.KeepTraceIndexes(byDev)
 	computeCaps(s)
 	return s, nil
 }
@@ -445,6 +456,9 @@ func frame(m map[string]any) (snapshot.Frame, error) {
 func (c *converter) trace(v any) ([]snapshot.Event, int64, error) {
 	switch l := v.(type) {
 	case pickle.EventList:
+		if l.Index != nil {
+			c.indexes = append(c.indexes, l.Index)
+		}
 		return l.Events, l.Dropped, nil
 	case []any:
 		evs := make([]snapshot.Event, 0, len(l))
@@ -797,10 +811,14 @@ func (f *fieldErrs) uint(m map[string]any, key string, required bool) uint64 {
 // computeCaps fills what the file can answer from what it holds.
 func computeCaps(s *snapshot.Snapshot) {
 	c := &s.Caps
+	cppFrame := make([]bool, len(s.Frames))
+	for i, f := range s.Frames {
+		cppFrame[i] = snapshot.IsCppFrame(f)
+	}
 	cpp, py := make([]bool, len(s.Stacks)), make([]bool, len(s.Stacks))
 	for i, st := range s.Stacks {
 		for _, f := range st {
-			if snapshot.IsCppFrame(s.Frames[f]) {
+			if cppFrame[f] {
 				cpp[i] = true
 			} else {
 				py[i] = true
@@ -827,10 +845,10 @@ func computeCaps(s *snapshot.Snapshot) {
 	}
 	// Blocks allocated in the trace and not yet completely freed: a free of anything else, or
 	// a live block at the end that is not among them, means the trace misses its beginning.
-	inTrace := make(map[uint64]bool, 1<<14)
 	wrapped := false
 	for dev, evs := range s.DeviceTraces {
-		clear(inTrace)
+		x := s.TraceIndex(dev)
+		inTrace := make([]bool, len(x.Blocks))
 		// A trace is history over time: one event (the max_entries=1 "state only" pattern) is not.
 		state := 0
 		for _, e := range evs {
@@ -844,19 +862,19 @@ func computeCaps(s *snapshot.Snapshot) {
 		if ringBufferWrapped(evs, c.MaxEntries) {
 			wrapped = true
 		}
-		for _, e := range evs {
+		for i, e := range evs {
 			note(e.Stack)
 			switch e.Action {
 			case snapshot.ActionAlloc:
-				inTrace[e.Addr] = true
+				inTrace[x.Slot[i]] = true
 				c.FramesOnAllocs = c.FramesOnAllocs || nonEmpty(e.Stack)
 			case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
 				c.FramesOnFrees = c.FramesOnFrees || nonEmpty(e.Stack)
-				if !inTrace[e.Addr] {
+				if !inTrace[x.Slot[i]] {
 					c.TraceIncomplete = true
 				}
 				if e.Action == snapshot.ActionFreeCompleted {
-					delete(inTrace, e.Addr)
+					inTrace[x.Slot[i]] = false
 				}
 			}
 		}
@@ -868,7 +886,10 @@ func computeCaps(s *snapshot.Snapshot) {
 				continue
 			}
 			for _, b := range seg.Blocks {
-				if b.State != snapshot.StateInactive && !inTrace[b.Address] {
+				if b.State == snapshot.StateInactive {
+					continue
+				}
+				if id, ok := x.Block(b.Address); !ok || !inTrace[id] {
 					c.TraceIncomplete = true
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -92,9 +93,82 @@ func File(ctx context.Context, path string, opt Options) (*snapshot.Snapshot, er
 	if msg := notRegular(st.Mode()); msg != "" {
 		return nil, fail(msg, nil)
 	}
-	// The size is for progress only: nothing is reserved from it (a sparse file may claim
-	// terabytes it does not hold).
+	// A pickle file of some size is mapped and decoded in place; anything else (gzip, JSON,
+	// small files) is read as a stream. The size is for progress and the mapping only: nothing
+	// is reserved from it (a sparse file may claim terabytes it does not hold).
+	if st.Size() >= minMapSize {
+		if data, ok := mapFile(f, st.Size()); ok {
+			defer unmapFile(data)
+			if data[0] == 0x80 { // PROTO: a binary pickle (gzip and JSON start otherwise)
+				return decodeMapped(ctx, data, path, opt)
+			}
+		}
+	}
 	return Reader(ctx, f, path, st.Size(), opt)
+}
+
+// minMapSize: smaller files are read, not mapped.
+const minMapSize = 1 << 20
+
+// decodeMapped decodes a mapped pickle file in place. Pages already decoded are dropped from
+// the process as it goes (every byte is read once), so the mapping adds little to resident
+// memory. A file truncated while it is read faults on the missing pages: that is an error,
+// not a crash.
+func decodeMapped(ctx context.Context, data []byte, name string, opt Options) (s *snapshot.Snapshot, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); !fault {
+				panic(r)
+			}
+			s, err = nil, &Error{File: name, Offset: -1, Msg: "the file changed (shrank) while it was read: load it again once it is written"}
+		}
+	}()
+	total := int64(len(data))
+	// A helper maps the pages ahead of the decoder and drops those behind it, off the
+	// decoder's goroutine.
+	progress := make(chan int64, 1)
+	helped := make(chan struct{})
+	go func() {
+		defer close(helped)
+		const page, ahead = 64 << 10, 32 << 20
+		dropped, mapped := 0, 0
+		mapAhead := func(done int) {
+			if end := min(done+ahead, len(data)); end > mapped {
+				prefetchPages(data[mapped:end])
+				mapped = end
+			}
+		}
+		mapAhead(0)
+		for done := range progress {
+			// Every byte before done has been read for the last time.
+			if n := int(done) &^ (page - 1); n > dropped {
+				dropPages(data[dropped:n])
+				dropped = n
+			}
+			mapAhead(int(done))
+		}
+	}()
+	// The mapping goes when File returns: the helper must be done with it first (also when
+	// the decode panics on a shrunk file).
+	defer func() {
+		close(progress)
+		<-helped
+	}()
+	popt := pickle.Options{MaxEvents: opt.MaxTraceEvents, Index: true, Progress: func(done int64) {
+		select {
+		case progress <- done:
+		default: // the helper is behind: it catches up with the next one
+		}
+		if opt.Progress != nil {
+			opt.Progress(done, total)
+		}
+	}}
+	res, err := pickle.DecodeBytes(ctx, data, popt)
+	if err == nil && opt.Progress != nil {
+		opt.Progress(total, total)
+	}
+	return fromPickle(ctx, res, err, name, snapshot.Format{Encoding: "pickle"}, opt)
 }
 
 // notRegular says why a file of this mode cannot be loaded ("" for a regular file).
@@ -199,7 +273,10 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 		if limit := cmp.Or(opt.MaxDecompressed, DefaultMaxDecompressed); limit > 0 {
 			dz = &capReader{r: zr, left: limit, limit: limit}
 		}
-		src = bufio.NewReaderSize(dz, 64<<10)
+		// Inflating takes about as long as decoding: another goroutine inflates ahead.
+		ra := newReadAhead(dz)
+		defer ra.Close()
+		src = bufio.NewReaderSize(ra, 64<<10)
 	}
 	inner := src.(*bufio.Reader)
 	first, err := inner.Peek(1)
@@ -219,29 +296,39 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 		}
 	case first[0] == 0x80 || first[0] == '(' || first[0] == '}' || first[0] == ']':
 		format.Encoding = "pickle"
-		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents})
-		if err != nil {
-			var pe *pickle.Error
-			if errors.As(err, &pe) {
-				return nil, fail(pe.Offset, err, "%s", pickleMsg(pe, format.Gzip))
-			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fail(-1, err, "%v", err)
-		}
-		format.Protocol = res.Protocol
-		format.TypeTagGlobal = res.TypeTag
-		c := newConverter(res.Interner, res.Extras, opt.MaxTraceEvents)
-		// Shared references can make a small pickle name the same segment, block list or
-		// trace many times: the model may hold no more values than the pickle has bytes.
-		c.budget = res.Stats.Bytes + valueSlack
-		s, err = c.snapshot(res.Root, format)
-		if err != nil {
-			return nil, fail(-1, err, "%v", err)
-		}
+		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents, Index: true})
+		return fromPickle(ctx, res, err, name, format, opt)
 	default:
 		return nil, fail(0, nil, "not a snapshot: neither a pickle nor JSON (first byte 0x%02x)", first[0])
+	}
+	s.Path = name
+	return s, nil
+}
+
+// fromPickle builds the model from a decoded pickle (or words the decoding failure).
+func fromPickle(ctx context.Context, res *pickle.Result, err error, name string, format snapshot.Format, opt Options) (*snapshot.Snapshot, error) {
+	fail := func(off int64, err error, format string, args ...any) error {
+		return &Error{File: name, Offset: off, Msg: fmt.Sprintf(format, args...), Err: err}
+	}
+	if err != nil {
+		var pe *pickle.Error
+		if errors.As(err, &pe) {
+			return nil, fail(pe.Offset, err, "%s", pickleMsg(pe, format.Gzip))
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fail(-1, err, "%v", err)
+	}
+	format.Protocol = res.Protocol
+	format.TypeTagGlobal = res.TypeTag
+	c := newConverter(res.Interner, res.Extras, opt.MaxTraceEvents)
+	// Shared references can make a small pickle name the same segment, block list or
+	// trace many times: the model may hold no more values than the pickle has bytes.
+	c.budget = res.Stats.Bytes + valueSlack
+	s, err := c.snapshot(res.Root, format)
+	if err != nil {
+		return nil, fail(-1, err, "%v", err)
 	}
 	s.Path = name
 	return s, nil
@@ -493,4 +580,85 @@ func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 func IsDir(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.IsDir()
+}
+
+// readAhead reads its source on another goroutine, a few buffers ahead of its reader, so
+// that producing the bytes (inflating a gzip stream) and consuming them (decoding) run at
+// once. It returns the source's bytes and then its error, exactly as the source would.
+type readAhead struct {
+	full  chan []byte // filled buffers, in order
+	empty chan []byte // buffers to fill again
+	done  chan struct{}
+	cur   []byte // the buffer being read
+	buf   []byte // its whole length, to give back
+	err   error  // the source's error, set before full is closed
+	once  sync.Once
+}
+
+const (
+	readAheadBuffers = 4
+	readAheadSize    = 256 << 10
+)
+
+func newReadAhead(r io.Reader) *readAhead {
+	ra := &readAhead{full: make(chan []byte, readAheadBuffers), empty: make(chan []byte, readAheadBuffers), done: make(chan struct{})}
+	for range readAheadBuffers {
+		ra.empty <- make([]byte, readAheadSize)
+	}
+	go ra.fill(r)
+	return ra
+}
+
+func (ra *readAhead) fill(r io.Reader) {
+	defer close(ra.full)
+	for {
+		var buf []byte
+		select {
+		case buf = <-ra.empty:
+		case <-ra.done:
+			return
+		}
+		n := 0
+		var err error
+		for n < len(buf) && err == nil {
+			var m int
+			m, err = r.Read(buf[n:])
+			n += m
+		}
+		if n > 0 {
+			select {
+			case ra.full <- buf[:n]:
+			case <-ra.done:
+				return
+			}
+		}
+		if err != nil {
+			ra.err = err // read by Read after full is closed
+			return
+		}
+	}
+}
+
+func (ra *readAhead) Read(p []byte) (int, error) {
+	if len(ra.cur) == 0 {
+		if ra.buf != nil {
+			ra.empty <- ra.buf[:cap(ra.buf)]
+			ra.buf = nil
+		}
+		b, ok := <-ra.full
+		if !ok {
+			return 0, ra.err
+		}
+		ra.cur, ra.buf = b, b
+	}
+	n := copy(p, ra.cur)
+	ra.cur = ra.cur[n:]
+	return n, nil
+}
+
+// Close stops the reading goroutine (the source is then read no further).
+func (ra *readAhead) Close() {
+	ra.once.Do(func() { close(ra.done) })
+	for range ra.full { // wait for it to stop
+	}
 }

@@ -8,6 +8,15 @@
 // annotations) comes out as a plain value tree (map[string]any, []any, string, int64, uint64,
 // *big.Int, float64, bool, nil) for the loader. Protocols 0 to 5 are read.
 //
+// Speed: a snapshot is millions of near-identical trace event dicts, each with a traceback of
+// tens of frame references. fastDict reads such a dict whole, straight from the input, and
+// commits it only when every part is of the expected forms; the run cache (runcache.go) knows
+// a traceback by its bytes, so a repeated one costs a vectorised search, a hash and one
+// compare. Anything else takes the generic opcode path, with the same result. DecodeBytes
+// reads a mapped file in place (no copy); with Options.Index another goroutine numbers each
+// trace's addresses (snapshot.TraceIndex) as the events are decoded and has the memory the
+// decoder fills next mapped in advance.
+//
 // Resource bounds: whatever the input, memory stays a small multiple of the bytes read and
 // time linear in them. Nothing is reserved from a declared length or a file size; the memo
 // grows only as far as the bytes read can fill it; nesting is capped while containers are
@@ -90,6 +99,9 @@ type Options struct {
 	MaxEvents int
 	// Stats, when set, receives the decode's counters, also when it fails.
 	Stats *Stats
+	// Index builds each trace list's address index (EventList.Index) on another goroutine
+	// while decoding. Ignored with MaxEvents.
+	Index bool
 }
 
 // EventList is a decoded device trace: the kept events, oldest first, and how many older
@@ -97,6 +109,9 @@ type Options struct {
 type EventList struct {
 	Events  []snapshot.Event
 	Dropped int64
+	// Index is the trace's address index, built while decoding when Options.Index is set
+	// (nil otherwise).
+	Index *snapshot.TraceIndex
 }
 
 type kind uint8
@@ -154,10 +169,14 @@ type object struct {
 	// while a traceback is read, so interning it needs no second pass).
 	framesHash uint64
 	hashedN    int
-	ev         *eventList // a list of reduced trace events
-	red        uint64     // the reduction's payload (see redKind)
-	redKind    kind       // kNone until reduced; then kStack, kFrame, kEvent or kBlock
-	shared     bool       // more references may exist than the one memo slot
+	// known is the interned stack of frames[:knownN], when knownN == len(frames) > 0 (set by
+	// the run cache, which finds the stack without hashing the frames).
+	known   snapshot.StackID
+	knownN  int32
+	ev      *eventList // a list of reduced trace events
+	red     uint64     // the reduction's payload (see redKind)
+	redKind kind       // kNone until reduced; then kStack, kFrame, kEvent or kBlock
+	shared  bool       // more references may exist than the one memo slot
 	// depth is how deeply the container nests others (1: it holds no container), kept as
 	// items arrive so that nesting is refused before it costs memory. A shared container
 	// filled after it was nested elsewhere can make it an underestimate; toTree's own depth
@@ -167,8 +186,9 @@ type object struct {
 }
 
 type eventList struct {
-	events  []snapshot.Event
-	dropped int64 // events dropped from the front by Options.MaxEvents
+	events    []snapshot.Event
+	dropped   int64 // events dropped from the front by Options.MaxEvents
+	published int   // events[:published] were handed to the indexer
 }
 
 const (
@@ -196,6 +216,7 @@ type decoder struct {
 	pos, end int
 	base     int64 // input offset of buf[0]
 	srcDone  bool  // src returned EOF or an error
+	inPlace  bool  // buf is the whole input, owned by the caller (DecodeBytes)
 	srcErr   error // the error src returned, unless it was an end of input
 	opAt     int64 // offset of the opcode being executed
 	stack    []val
@@ -218,6 +239,13 @@ type decoder struct {
 	// extraByRef finds an event's extra id from the identities of its strings, so a long
 	// string shared by millions of events is hashed once, not once per event.
 	extraByRef map[extraRef]uint32
+	lastExtra  struct {
+		ref extraRef
+		id  uint32
+		ok  bool
+	}
+	// actions[i] is 1 + the Action strs[i] names, 0 until looked up.
+	actions []uint8
 	// fwdSeq interns forward_frames lists by their string identities (fwdLines joined).
 	fwdSeq   map[string]uint32
 	fwdLines []string
@@ -234,6 +262,12 @@ type decoder struct {
 	// bytes read (checkGrowth).
 	growthCheck int
 	frameBuf    []snapshot.FrameID
+	runs        *runCache
+	// The trace lists' indexer (Options.Index): the lists it follows and, once the decode
+	// ended, what it built.
+	pipe    *indexPipe
+	evLists []*eventList
+	indexed map[*eventList]*snapshot.TraceIndexer
 	// toTree state: values produced, shared containers and leaves converted once.
 	values    int64
 	treeCache map[uint64]any
@@ -243,9 +277,20 @@ type decoder struct {
 
 // Decode decodes one pickle from r. Bytes after STOP are ignored.
 func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
+	return decodeFrom(ctx, r, nil, opt)
+}
+
+// DecodeBytes decodes one pickle held in memory (a mapped file, read in place with no copy).
+// data is only read, and nothing refers to it once DecodeBytes returns; Progress is called
+// between opcodes, when no byte before the offset it reports is needed any more. Bytes after
+// STOP are ignored.
+func DecodeBytes(ctx context.Context, data []byte, opt Options) (*Result, error) {
+	return decodeFrom(ctx, nil, data, opt)
+}
+
+func decodeFrom(ctx context.Context, r io.Reader, data []byte, opt Options) (*Result, error) {
 	d := &decoder{
 		src:          r,
-		buf:          make([]byte, bufSize),
 		in:           snapshot.NewInterner(),
 		extras:       []snapshot.EventExtra{{}},
 		extraID:      map[snapshot.EventExtra]uint32{{}: 0},
@@ -253,6 +298,12 @@ func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
 		opt:          opt,
 		nextProgress: progressEvery,
 		growthCheck:  growthSlack,
+		runs:         newRunCache(),
+	}
+	if r != nil {
+		d.buf = make([]byte, bufSize)
+	} else {
+		d.buf, d.end, d.srcDone, d.inPlace = data, len(data), true, true
 	}
 	defer d.memo.release()
 	res, err := d.decode()
@@ -269,6 +320,7 @@ func Decode(ctx context.Context, r io.Reader, opt Options) (*Result, error) {
 
 func (d *decoder) decode() (*Result, error) {
 	root, err := d.run()
+	d.finishIndex(err == nil)
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +359,9 @@ func (d *decoder) offset() int64 { return d.base + int64(d.pos) }
 func (d *decoder) fill(n int) bool {
 	if d.end-d.pos >= n {
 		return true
+	}
+	if d.srcDone {
+		return false // nothing more will come (and an input read in place is not ours to move)
 	}
 	copy(d.buf, d.buf[d.pos:d.end])
 	d.base += int64(d.pos)
@@ -480,9 +535,13 @@ func (d *decoder) memoize(idx uint64, t *val) {
 			o.shared = true
 		}
 	}
+	if idx < d.memo.n {
+		d.runs.invalidate() // a slot a cached run names may change
+	}
 	// Dense slots grow the table only near its end: a far index goes to the map.
 	if idx < d.memo.n+farMemo {
 		d.memo.set(idx, v)
+		d.memoAhead()
 		return
 	}
 	d.memoFar(idx, v)
@@ -710,7 +769,7 @@ func (d *decoder) run() (val, error) {
 			if op == 'B' || op == 'C' || op == 0x8e || op == 0x96 {
 				k = kBytes
 			}
-			if n > bufSize { // readLong's buffer is fresh and never reused: no second copy
+			if n > bufSize && !d.inPlace { // readLong's buffer is fresh and never reused: no second copy
 				d.push(d.newStr(k, unsafe.String(unsafe.SliceData(s), len(s))))
 			} else {
 				d.push(d.newStr(k, string(s)))
@@ -1276,12 +1335,7 @@ func (m *memoTable) at(i uint64) *val {
 func (m *memoTable) set(i uint64, v val) {
 	for m.n <= i {
 		if m.n>>memoPageBits == uint64(len(m.pages)) {
-			// Memo pages hold no pointers, so they can live outside the Go heap for the
-			// decode's duration: no GC accounting, huge pages, returned at once afterwards.
-			raw, mapped := mapScratch((1 << memoPageBits) * int(unsafe.Sizeof(val{})))
-			m.raw = append(m.raw, raw)
-			m.mapped = append(m.mapped, mapped)
-			m.pages = append(m.pages, unsafe.Slice((*val)(unsafe.Pointer(unsafe.SliceData(raw))), 1<<memoPageBits))
+			m.addPage()
 		}
 		if m.n < i { // a slot skipped by BINPUT stays unset
 			*m.slot(m.n) = val{k: kMark}
@@ -1289,6 +1343,15 @@ func (m *memoTable) set(i uint64, v val) {
 		m.n++
 	}
 	*m.slot(i) = v
+}
+
+// addPage maps one more page. Memo pages hold no pointers, so they can live outside the Go
+// heap for the decode's duration: no GC accounting, huge pages, returned at once afterwards.
+func (m *memoTable) addPage() {
+	raw, mapped := mapScratch((1 << memoPageBits) * int(unsafe.Sizeof(val{})))
+	m.raw = append(m.raw, raw)
+	m.mapped = append(m.mapped, mapped)
+	m.pages = append(m.pages, unsafe.Slice((*val)(unsafe.Pointer(unsafe.SliceData(raw))), 1<<memoPageBits))
 }
 
 func (m *memoTable) slot(i uint64) *val {
@@ -1306,6 +1369,10 @@ func (d *decoder) frameRun() {
 		return
 	}
 	start := len(lst.frames)
+	d.runs.pending = false
+	if start == 0 && d.cachedRun(lst) {
+		return
+	}
 	h := lst.framesHash
 	if lst.hashedN != start {
 		h = snapshot.StackHash(lst.frames)
@@ -1331,6 +1398,9 @@ func (d *decoder) frameRun() {
 				d.pos, lst.frames = pos, frames
 				if buf[pos] == 'e' || len(frames) == start {
 					lst.framesHash, lst.hashedN = h, len(frames)
+					if start == 0 && d.runs.pending && buf[pos] == 'e' {
+						d.recordRun(lst, h)
+					}
 					return // APPENDS takes the run as it stands (or there was none)
 				}
 				d.unrun(lst, start)
@@ -1478,6 +1548,10 @@ func (d *decoder) fastOps() {
 			d.push(val{k: kNone})
 			pos++
 		case '}': // EMPTY_DICT
+			if p := d.fastDict(buf, pos); p >= 0 {
+				pos = p
+				continue
+			}
 			d.push(val{k: kEmptyDict})
 			pos++
 		case ']': // EMPTY_LIST

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -43,13 +45,14 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
-		_, st, alloc, err := decodeMeasured(t, data, Options{MaxEvents: 3})
+		res, st, alloc, err := decodeMeasured(t, data, Options{MaxEvents: 3})
 		if err != nil {
 			if _, ok := err.(*Error); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
 			}
 		}
 		checkBounds(t, st, alloc)
+		sameAsStream(t, data, Options{MaxEvents: 3}, res, err)
 		if elapsed, limit := time.Since(start), 5*time.Second+time.Duration(len(data))*5*time.Microsecond; elapsed > limit {
 			t.Fatalf("%d bytes took %v (limit %v)", len(data), elapsed, limit)
 		}
@@ -75,5 +78,53 @@ func TestEventReservationFollowsBytesRead(t *testing.T) {
 	// 8 MiB read when the second list started: room for four times the events 8 MiB could hold.
 	if c := cap(second.Events); c < 4*(8<<20)/minEventBytes || c > 4*(9<<20)/minEventBytes {
 		t.Fatalf("second list capacity %d, want about %d", c, 4*(8<<20)/minEventBytes)
+	}
+}
+
+// sameInPlace: decoding the input in place (DecodeBytes, as a mapped file is read) gives
+// exactly what decoding it as a stream gives, the same value or the same error, and leaves the
+// input as it was.
+func sameInPlace(t *testing.T, data []byte, opt Options) {
+	t.Helper()
+	stream, err := Decode(context.Background(), bytes.NewReader(data), opt)
+	sameAsStream(t, data, opt, stream, err)
+}
+
+// sameAsStream is sameInPlace given the stream's decode (its result and error).
+func sameAsStream(t *testing.T, data []byte, opt Options, stream *Result, err1 error) {
+	t.Helper()
+	in := bytes.Clone(data)
+	inPlace, err2 := DecodeBytes(context.Background(), in, opt)
+	if !bytes.Equal(in, data) {
+		t.Fatal("DecodeBytes changed its input")
+	}
+	if fmt.Sprint(err1) != fmt.Sprint(err2) {
+		t.Fatalf("stream error %v, in place %v", err1, err2)
+	}
+	if err1 != nil {
+		return
+	}
+	a, b := *stream, *inPlace
+	a.Stats, b.Stats = Stats{}, Stats{}
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("in place decodes differently:\nstream   %#v\nin place %#v", stream.Root, inPlace.Root)
+	}
+}
+
+// TestInPlaceMatchesStream runs sameInPlace on the fixtures and on inputs longer than the
+// stream decoder's buffer (a string longer than it, a pickle cut inside one).
+func TestInPlaceMatchesStream(t *testing.T) {
+	fixtures, _ := filepath.Glob("../../testdata/*/*")
+	for _, path := range fixtures {
+		if data, err := os.ReadFile(path); err == nil && len(data) > 0 && data[0] == 0x80 {
+			sameInPlace(t, data, Options{})
+		}
+	}
+	long := "\x80\x04X" + u32(bufSize+10) + strings.Repeat("s", bufSize+10) + "."
+	sameInPlace(t, []byte(long), Options{})
+	sameInPlace(t, []byte(long[:bufSize]), Options{})
+	res, err := DecodeBytes(context.Background(), []byte(long), Options{})
+	if err != nil || len(res.Root.(string)) != bufSize+10 {
+		t.Fatalf("long string: %v", err)
 	}
 }

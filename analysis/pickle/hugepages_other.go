@@ -11,3 +11,5 @@ func adviseHuge(unsafe.Pointer, uintptr) {}
 func mapScratch(size int) ([]byte, bool) { return make([]byte, size), false }
 
 func unmapScratch([]byte, bool) {}
+
+func populate(unsafe.Pointer, uintptr) {}

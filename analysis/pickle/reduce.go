@@ -25,12 +25,14 @@ func (d *decoder) resolved(v val) val {
 // its memo slot is rewritten; a shared one keeps the reduction for its other references.
 func (d *decoder) reduceTo(v, r val) {
 	o := &d.objs[v.x]
-	if !o.shared {
-		if slot := o.memoSlot; slot >= 0 {
-			if p := d.memo.at(uint64(slot)); p != nil && p.k == v.k && p.x == v.x {
-				*p = r
-			}
+	// The memo slot now holds the reduction itself (every read of it resolves to that anyway),
+	// so a frame dict named twice in its first traceback still reads as a frame in frameRun.
+	if slot := o.memoSlot; slot >= 0 {
+		if p := d.memo.at(uint64(slot)); p != nil && p.k == v.k && p.x == v.x {
+			*p = r
 		}
+	}
+	if !o.shared {
 		o.items, o.frames, o.ev = o.items[:0], o.frames[:0], nil
 		if v.k == kDict {
 			d.freeDicts = append(d.freeDicts, uint32(v.x))
@@ -80,16 +82,9 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 				if err != nil {
 					return err
 				}
-				lst = &d.objs[target.x]
-				if lst.ev == nil {
-					d.startEventList(lst)
+				if err := d.addEvent(at, target, it, ev); err != nil {
+					return err
 				}
-				d.appendEvent(lst.ev, ev)
-				pos := uint64(len(lst.ev.events) - 1)
-				if pos >= 1<<32 || target.x >= 1<<32 {
-					return d.fail(at, "too many trace events")
-				}
-				d.reduceTo(it, val{k: kEvent, x: target.x<<32 | pos})
 				continue
 			}
 		}
@@ -107,7 +102,7 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 			continue
 		}
 		if it.k == kEvent && len(lst.items) == 0 && len(lst.frames) == 0 {
-			lst.ev = &eventList{events: []snapshot.Event{d.eventAt(it)}}
+			lst.ev = d.newEventList([]snapshot.Event{d.eventAt(it)})
 			continue
 		}
 		// A list of frames (the hot case: a traceback) keeps bare frame ids.
@@ -131,6 +126,22 @@ func (d *decoder) appendItems(at int64, target val, items []val) error {
 		}
 		lst.items = append(lst.items, it)
 	}
+	return nil
+}
+
+// addEvent appends the event a dict (it) converted to to the trace list target, and reduces
+// the dict to it.
+func (d *decoder) addEvent(at int64, target, it val, ev snapshot.Event) error {
+	lst := &d.objs[target.x]
+	if lst.ev == nil {
+		d.startEventList(lst)
+	}
+	d.appendEvent(lst.ev, ev)
+	pos := uint64(len(lst.ev.events) - 1)
+	if pos >= 1<<32 || target.x >= 1<<32 {
+		return d.fail(at, "too many trace events")
+	}
+	d.reduceTo(it, val{k: kEvent, x: target.x<<32 | pos})
 	return nil
 }
 
@@ -158,7 +169,7 @@ func (d *decoder) startEventList(lst *object) {
 			prev.events = slices.Clone(prev.events)
 		}
 	}
-	lst.ev = &eventList{}
+	lst.ev = d.newEventList(nil)
 	d.lastEvents = lst.ev
 }
 
@@ -169,6 +180,9 @@ func (d *decoder) appendEvent(l *eventList, ev snapshot.Event) {
 	}
 	l.events = append(l.events, ev)
 	d.bound(l)
+	if d.pipe != nil && len(l.events)-l.published >= indexChunk {
+		d.handOver(l)
+	}
 }
 
 // growEvents makes room in a full event list. The capacity follows the bytes read, never a
@@ -309,6 +323,9 @@ func (d *decoder) stackOf(v val) (val, bool) {
 		return val{}, false
 	}
 	if len(o.items) == 0 {
+		if o.knownN > 0 && int(o.knownN) == len(o.frames) {
+			return val{k: kStack, x: uint64(o.known)}, true
+		}
 		if o.hashedN == len(o.frames) {
 			return val{k: kStack, x: uint64(d.in.StackWithHash(o.frames, o.framesHash))}, true
 		}
@@ -470,7 +487,7 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 		var err error
 		switch d.key(k) {
 		case keyAction:
-			ev.Action = snapshot.ParseAction(d.str(x))
+			ev.Action = d.action(x)
 			if ev.Action == snapshot.ActionOther {
 				ref.action = strRef(x)
 			}
@@ -518,7 +535,10 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 		}
 	}
 	if ref != (extraRef{}) {
-		id, ok := d.extraByRef[ref]
+		id, ok := d.lastExtra.id, d.lastExtra.ok && d.lastExtra.ref == ref
+		if !ok {
+			id, ok = d.extraByRef[ref]
+		}
 		if !ok {
 			var err error
 			if id, err = d.extraOf(at, ref); err != nil {
@@ -526,8 +546,26 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 			}
 		}
 		ev.Extra = id
+		d.lastExtra.ref, d.lastExtra.id, d.lastExtra.ok = ref, id, true
 	}
 	return ev, nil
+}
+
+// action is the Action a trace event's action value names, cached per string (a trace names
+// the same few memoized strings millions of times).
+func (d *decoder) action(x val) snapshot.Action {
+	if x.k != kStr {
+		return snapshot.ParseAction(d.str(x))
+	}
+	if x.x >= uint64(len(d.actions)) {
+		d.actions = append(d.actions, make([]uint8, int(x.x)+1-len(d.actions))...)
+	}
+	if a := d.actions[x.x]; a != 0 {
+		return snapshot.Action(a - 1)
+	}
+	a := snapshot.ParseAction(d.strs[x.x])
+	d.actions[x.x] = uint8(a) + 1
+	return a
 }
 
 // strRef is a string's identity in an extraRef: its index plus one (0 for anything else).
@@ -797,7 +835,7 @@ func (d *decoder) containerTree(v val, depth int) (any, error) {
 				evs = append([]snapshot.Event(nil), evs[len(evs)-n:]...)
 			}
 			d.values += int64(len(evs))
-			return EventList{Events: evs, Dropped: dropped}, nil
+			return EventList{Events: evs, Dropped: dropped, Index: d.indexOf(o.ev, evs)}, nil
 		}
 		items := o.items
 		if len(items) == 0 && len(o.frames) > 0 {

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // Interner deduplicates frames by content and stacks by their frame sequence while a
@@ -67,12 +68,12 @@ func (in *Interner) StackWithHash(ids []FrameID, h uint64) StackID {
 	// Real files repeat a few thousand stacks across millions of tracebacks: a small
 	// direct-mapped cache answers most lookups without touching the map.
 	c := &in.recent[h%uint64(len(in.recent))]
-	if c.hash == h && c.valid && slices.Equal(in.Stacks[c.id], ids) {
+	if c.hash == h && c.valid && equalIDs(in.Stacks[c.id], ids) {
 		return c.id
 	}
 	id, ok := in.byHash[h]
 	switch {
-	case ok && slices.Equal(in.Stacks[id], ids):
+	case ok && equalIDs(in.Stacks[id], ids):
 	case ok: // a hash collision: fall back to the exact key
 		return in.stackByKey(ids)
 	default:
@@ -82,6 +83,40 @@ func (in *Interner) StackWithHash(ids []FrameID, h uint64) StackID {
 	}
 	*c = recentStack{hash: h, id: id, valid: true}
 	return id
+}
+
+// Find returns the id of an interned stack (h is StackHash(ids)) without interning it.
+func (in *Interner) Find(ids []FrameID, h uint64) (StackID, bool) {
+	c := &in.recent[h%uint64(len(in.recent))]
+	if c.hash == h && c.valid && equalIDs(in.Stacks[c.id], ids) {
+		return c.id, true
+	}
+	if id, ok := in.byHash[h]; ok && equalIDs(in.Stacks[id], ids) {
+		return id, true
+	}
+	if len(in.stackID) > 0 {
+		b := in.keyBuf[:0]
+		for _, id := range ids {
+			b = append(b, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+		}
+		in.keyBuf = b
+		id, ok := in.stackID[string(b)]
+		return id, ok
+	}
+	return 0, false
+}
+
+// equalIDs compares two frame sequences as bytes (a vectorised compare).
+func equalIDs(a, b []FrameID) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 {
+		return true
+	}
+	const w = int(unsafe.Sizeof(FrameID(0)))
+	return string(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(a))), len(a)*w)) ==
+		string(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), len(b)*w))
 }
 
 type recentStack struct {

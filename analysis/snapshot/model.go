@@ -3,7 +3,10 @@
 // and what the file can and cannot answer. Loaders fill it; analyses read it.
 package snapshot
 
-import "slices"
+import (
+	"slices"
+	"unsafe"
+)
 
 // FrameID indexes Snapshot.Frames.
 type FrameID int32
@@ -233,6 +236,8 @@ type Snapshot struct {
 	Caps         Capabilities
 	// DroppedEvents[d] counts the oldest events of device d dropped by a max-events bound.
 	DroppedEvents []int64
+	// indexes keeps the trace indexes (see TraceIndex); nil unless the loader made it.
+	indexes *traceIndexes
 }
 
 // StackFrames returns the frames of a stack, innermost first (nil for NoStack).
@@ -273,7 +278,25 @@ func (s *Snapshot) Devices() []int {
 func (s *Snapshot) Compact() {
 	for d, evs := range s.DeviceTraces {
 		if cap(evs)-len(evs) > 4096 && cap(evs) > len(evs)+len(evs)/4 {
-			s.DeviceTraces[d] = slices.Clone(evs)
+			s.DeviceTraces[d] = cloneEvents(evs)
+			if c := s.indexes; c != nil && c.owner == s {
+				c.mu.Lock()
+				if x := c.byDev[d]; x != nil && x.Indexes(evs) { // the same events, moved
+					moved := *x
+					moved.first = &s.DeviceTraces[d][0]
+					c.byDev[d] = &moved
+				}
+				c.mu.Unlock()
+			}
 		}
 	}
+}
+
+// cloneEvents copies events into an array of their exact size, backed by huge pages when large.
+func cloneEvents(evs []Event) []Event {
+	out := make([]Event, 0, len(evs))
+	if size := uintptr(len(evs)) * unsafe.Sizeof(Event{}); size >= 4<<20 {
+		adviseHuge(unsafe.Pointer(unsafe.SliceData(out[:cap(out)])), size)
+	}
+	return append(out, evs...)
 }

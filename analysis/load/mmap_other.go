@@ -1,0 +1,13 @@
+//go:build !unix
+
+package load
+
+import "os"
+
+func mapFile(*os.File, int64) ([]byte, bool) { return nil, false }
+
+func unmapFile([]byte) {}
+
+func dropPages([]byte) {}
+
+func prefetchPages([]byte) {}

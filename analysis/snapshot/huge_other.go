@@ -1,0 +1,7 @@
+//go:build !linux
+
+package snapshot
+
+import "unsafe"
+
+func adviseHuge(unsafe.Pointer, uintptr) {}
