@@ -17,6 +17,20 @@ func init() { register(newConvertCmd) }
 
 // snapshotFormat is the form a snapshot file's name asks for: a pickle (.pickle, .pkl) or JSON
 // (.json), gzip-compressed with a further .gz.
+// outputSnapshot checks, before anything is loaded, that a snapshot may be written to out (not
+// the input, not an existing file without --force) and returns the writer's options for its
+// name: what convert and trim share.
+func outputSnapshot(in, out string, protocol int, force bool) (writer.Options, error) {
+	opt, err := snapshotFormat(out, protocol)
+	if err != nil {
+		return opt, err
+	}
+	if err := notTheInput(in, out); err != nil {
+		return opt, err
+	}
+	return opt, refuseExisting(out, force)
+}
+
 func snapshotFormat(path string, protocol int) (writer.Options, error) {
 	name := strings.ToLower(filepath.Base(path))
 	opt := writer.Options{Protocol: protocol}
@@ -73,14 +87,8 @@ input is never overwritten.`,
 			if out == "" {
 				return fmt.Errorf("give the output file with -o OUT.pickle or -o OUT.json (see %s --help)", c.CommandPath())
 			}
-			opt, err := snapshotFormat(out, protocol)
+			opt, err := outputSnapshot(args[0], out, protocol, force)
 			if err != nil {
-				return err
-			}
-			if err := notTheInput(args[0], out); err != nil {
-				return err
-			}
-			if err := refuseExisting(out, force); err != nil {
 				return err
 			}
 			snap, err := loadSnapshot(c.Context(), args[0], loadOptions{})

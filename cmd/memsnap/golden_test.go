@@ -31,6 +31,9 @@ func TestRenderedGolden(t *testing.T) {
 		{"oom_outside.txt", []string{"oom", sc("outside_pytorch_oom.pickle"), "--device-memory", "16GiB"}},
 		{"fragmentation_basic.txt", []string{"fragmentation", sc("summarize_basic.pickle")}},
 		{"replay_basic.txt", []string{"replay", sc("summarize_basic.pickle")}},
+		{"whatif_expandable.txt", []string{"whatif", sc("whatif_expandable_avoids.pickle"), "--set", "expandable_segments=True"}},
+		{"whatif_capacity.txt", []string{"whatif", sc("whatif_capacity_oom.pickle"), "--set", "expandable_segments=True"}},
+		{"whatif_recommend.txt", []string{"whatif", sc("fragmentation_oom.pickle"), "--recommend"}},
 	} {
 		t.Run(c.golden, func(t *testing.T) {
 			out, err := run(t, c.args...)

@@ -64,14 +64,8 @@ overwritten.`,
 			if lastEvents == 0 && window == "" && opt.Device < 0 {
 				return fmt.Errorf("say what to keep: --last-events N, --window A:B or --device N (memsnap convert rewrites a file whole)")
 			}
-			wopt, err := snapshotFormat(out, protocol)
+			wopt, err := outputSnapshot(args[0], out, protocol, force)
 			if err != nil {
-				return err
-			}
-			if err := notTheInput(args[0], out); err != nil {
-				return err
-			}
-			if err := refuseExisting(out, force); err != nil {
 				return err
 			}
 			snap, err := loadSnapshot(c.Context(), args[0], loadOptions{})

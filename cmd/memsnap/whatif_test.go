@@ -5,33 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/memsnap/memsnap/evals/golden"
 )
-
-// TestWhatIfGolden pins what `memsnap whatif` prints (go test ./cmd/memsnap -run WhatIfGolden
-// -update rewrites the files).
-func TestWhatIfGolden(t *testing.T) {
-	sc := func(name string) string { return filepath.Join(scenarios, name) }
-	for _, c := range []struct {
-		golden string
-		args   []string
-	}{
-		{"whatif_expandable.txt", []string{"whatif", sc("whatif_expandable_avoids.pickle"), "--set", "expandable_segments=True"}},
-		{"whatif_capacity.txt", []string{"whatif", sc("whatif_capacity_oom.pickle"), "--set", "expandable_segments=True"}},
-		{"whatif_recommend.txt", []string{"whatif", sc("fragmentation_oom.pickle"), "--recommend"}},
-	} {
-		t.Run(c.golden, func(t *testing.T) {
-			out, err := run(t, c.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = strings.ReplaceAll(out, scenarios, "testdata/scenarios")
-			golden.Check(t, filepath.Join("testdata", "golden", c.golden), []byte(out),
-				"memsnap "+strings.Join(c.args, " "), "go test ./cmd/memsnap -run WhatIfGolden -update")
-		})
-	}
-}
 
 // TestWhatIfCommand checks the JSON contract and the errors (one line, exit status 2).
 func TestWhatIfCommand(t *testing.T) {
