@@ -175,11 +175,13 @@ type Attributor struct {
 	keep  []*regexp.Regexp
 	rules []Rule
 	cache map[attrKey]Attribution
+	// tables keeps what was read of each snapshot's frames (see frameTable).
+	tables map[*snapshot.Snapshot]*frameTable
 }
 
 // NewAttributor compiles the options; a bad regular expression is an error.
 func NewAttributor(opt AttributionOptions) (*Attributor, error) {
-	a := &Attributor{cache: map[attrKey]Attribution{}}
+	a := &Attributor{cache: map[attrKey]Attribution{}, tables: map[*snapshot.Snapshot]*frameTable{}}
 	for _, r := range opt.UserRoots {
 		r = strings.TrimSuffix(normPath(r), "/")
 		if r != "" {
@@ -320,8 +322,8 @@ func lineText(l int64) string {
 	return "?"
 }
 
-func siteOf(f snapshot.Frame, kind string) SiteIdentity {
-	return SiteIdentity{File: f.Filename, Line: f.Line, Function: f.Name, Site: baseName(f.Filename) + ":" + lineText(f.Line), Kind: kind}
+func siteOf(f *frameInfo, kind string) SiteIdentity {
+	return SiteIdentity{File: f.f.Filename, Line: f.f.Line, Function: f.f.Name, Site: f.site, Kind: kind}
 }
 
 // frameString renders a frame for a filtered stack: "path/file.py:12 in fn".
@@ -364,13 +366,25 @@ func (a *Attributor) Attribute(snap *snapshot.Snapshot, id snapshot.StackID) Att
 	if at, ok := a.cache[k]; ok {
 		return at
 	}
-	// A file that recorded no stacks at all writes empty frame lists: that is "not recorded",
-	// not "no Python frame".
-	noStack := id == snapshot.NoStack ||
-		(id == snapshot.EmptyStack && !snap.Caps.FramesOnBlocks && !snap.Caps.FramesOnAllocs)
-	at := a.AttributeFrames(snap.StackFrames(id), noStack, snap.Caps)
+	var infos []*frameInfo
+	if id >= 0 && int(id) < len(snap.Stacks) {
+		t := a.frames(snap)
+		ids := snap.Stacks[id]
+		infos = make([]*frameInfo, len(ids))
+		for i, f := range ids {
+			infos[i] = t.info(a, snap, f)
+		}
+	}
+	at := a.attribute(infos, stackNotRecorded(snap, id), snap.Caps)
 	a.cache[k] = at
 	return at
+}
+
+// stackNotRecorded: a file that recorded no stacks at all writes empty frame lists: that is
+// "not recorded", not "no Python frame".
+func stackNotRecorded(snap *snapshot.Snapshot, id snapshot.StackID) bool {
+	return id == snapshot.NoStack ||
+		(id == snapshot.EmptyStack && !snap.Caps.FramesOnBlocks && !snap.Caps.FramesOnAllocs)
 }
 
 // SiteOf is Attribute without the role: the site of a stack.
@@ -383,11 +397,20 @@ var autogradOpRe = regexp.MustCompile(`(?:autograd::generated::|\b)([A-Za-z0-9_]
 // AttributeFrames attributes a frame list (innermost first). noStack says the record carried no
 // frames key at all; caps tells what the file recorded, for the empty-stack explanation.
 func (a *Attributor) AttributeFrames(frames []snapshot.Frame, noStack bool, caps snapshot.Capabilities) Attribution {
-	kinds := make([]frameKind, len(frames))
+	infos := make([]*frameInfo, len(frames))
+	for i, f := range frames {
+		fi := a.newFrameInfo(f)
+		infos[i] = &fi
+	}
+	return a.attribute(infos, noStack, caps)
+}
+
+// attribute is AttributeFrames over frames already read. It only reads the Attributor (and
+// the frames), so goroutines may call it at once.
+func (a *Attributor) attribute(frames []*frameInfo, noStack bool, caps snapshot.Capabilities) Attribution {
 	modelIdx, ownIdx, torchIdx, libIdx := -1, -1, -1, -1
 	for i, f := range frames {
-		kinds[i] = a.kind(f)
-		switch kinds[i] {
+		switch f.kind {
 		case kindUser:
 			if ownIdx < 0 {
 				ownIdx = i
@@ -410,12 +433,10 @@ func (a *Attributor) AttributeFrames(frames []snapshot.Frame, noStack bool, caps
 		}
 	}
 	// Frames under a user root win over other user frames.
-	if len(a.roots) > 0 {
-		for i, f := range frames {
-			if kinds[i] == kindUser && a.underRoot(normPath(f.Filename)) {
-				modelIdx, ownIdx = i, i
-				break
-			}
+	for i, f := range frames {
+		if f.bits.has(fbUnderRoot) {
+			modelIdx, ownIdx = i, i
+			break
 		}
 	}
 	var at Attribution
@@ -437,22 +458,26 @@ func (a *Attributor) AttributeFrames(frames []snapshot.Frame, noStack bool, caps
 	}
 	if ownIdx >= 0 {
 		f := frames[ownIdx]
-		at.UserSite, at.UserFile, at.UserLine, at.UserFunction = baseName(f.Filename)+":"+lineText(f.Line), f.Filename, f.Line, f.Name
+		at.UserSite, at.UserFile, at.UserLine, at.UserFunction = f.site, f.f.Filename, f.f.Line, f.f.Name
 	}
-	at.Stack = filteredStack(frames, kinds, modelIdx, torchIdx)
-	classify(&at, frames, kinds, modelIdx, noStack, caps)
-	if name, f, ok := matchRule(a.rules, frames); ok {
-		// One row per rule: the frame that matched goes to the stack, not the grouping key.
-		at.Site, at.File, at.Line, at.Function, at.Kind, at.Rule = name, "", 0, "", SiteKindRule, name
-		at.Stack = append([]string{"rule " + name + " matched " + frameString(f)}, at.Stack...)
+	at.Stack = filteredStack(frames, modelIdx, torchIdx)
+	classify(&at, frames, modelIdx, noStack, caps)
+	for _, f := range frames {
+		if f.rule >= 0 {
+			// One row per rule: the frame that matched goes to the stack, not the grouping key.
+			name := a.rules[f.rule].Name
+			at.Site, at.File, at.Line, at.Function, at.Kind, at.Rule = name, "", 0, "", SiteKindRule, name
+			at.Stack = append([]string{"rule " + name + " matched " + f.str}, at.Stack...)
+			break
+		}
 	}
 	return at
 }
 
-func cppOp(frames []snapshot.Frame) string {
+func cppOp(frames []*frameInfo) string {
 	for _, f := range frames {
-		if m := autogradOpRe.FindStringSubmatch(f.Name); m != nil {
-			return m[1]
+		if f.op != "" {
+			return f.op
 		}
 	}
 	return ""
@@ -460,15 +485,15 @@ func cppOp(frames []snapshot.Frame) string {
 
 // filteredStack: the nearest library/torch frame inside the site, then the model and user
 // frames (at most 8).
-func filteredStack(frames []snapshot.Frame, kinds []frameKind, modelIdx, torchIdx int) []string {
+func filteredStack(frames []*frameInfo, modelIdx, torchIdx int) []string {
 	out := []string{}
 	if modelIdx < 0 {
 		if torchIdx >= 0 {
-			out = append(out, frameString(frames[torchIdx]))
+			out = append(out, frames[torchIdx].str)
 			// and the next Python frame outward, if any, for context
 			for j := torchIdx + 1; j < len(frames); j++ {
-				if kinds[j] != kindCpp && kinds[j] != kindRuntime {
-					out = append(out, frameString(frames[j]))
+				if k := frames[j].kind; k != kindCpp && k != kindRuntime {
+					out = append(out, frames[j].str)
 					break
 				}
 			}
@@ -478,18 +503,18 @@ func filteredStack(frames []snapshot.Frame, kinds []frameKind, modelIdx, torchId
 		return out
 	}
 	for j := modelIdx - 1; j >= 0; j-- {
-		if kinds[j] == kindTorch || kinds[j] == kindLibrary || kinds[j] == kindSkipped {
-			switch frames[j].Name {
+		if k := frames[j].kind; k == kindTorch || k == kindLibrary || k == kindSkipped {
+			switch frames[j].f.Name {
 			case "_call_impl", "_wrapped_call_impl", "wrapper", "decorate_context", "_fn", "inner":
 				continue // module-call and decorator wrappers say nothing
 			}
-			out = append(out, frameString(frames[j]))
+			out = append(out, frames[j].str)
 			break
 		}
 	}
 	for j := modelIdx; j < len(frames) && len(out) < 9; j++ {
-		if kinds[j].isModel() {
-			out = append(out, frameString(frames[j]))
+		if frames[j].kind.isModel() {
+			out = append(out, frames[j].str)
 		}
 	}
 	return out

@@ -197,7 +197,7 @@ func inferenceHint(p, ln string) bool {
 		ln == "eval"
 }
 
-// frameText is what the markers read of one frame, computed once per frame.
+// frameText is what the markers read of one frame (see frameInfo).
 type frameText struct {
 	p, n, ln string // normalised path, name, lower-case name
 	cpp      bool
@@ -206,7 +206,7 @@ type frameText struct {
 func (m marker) matches(f frameText) bool { return m.test(f.p, f.n, f.ln, f.cpp) }
 
 // classify sets at's context, default role and evidence from its frames.
-func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, modelIdx int, noStack bool, caps snapshot.Capabilities) {
+func classify(at *Attribution, frames []*frameInfo, modelIdx int, noStack bool, caps snapshot.Capabilities) {
 	at.ctx, at.Category = ctxNone, CategoryOther
 	switch {
 	case noStack:
@@ -220,22 +220,19 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 		}
 		return
 	}
-	texts := make([]frameText, len(frames))
-	for i, f := range frames {
-		t := frameText{p: normPath(f.Filename), n: f.Name, ln: strings.ToLower(f.Name), cpp: kinds[i] == kindCpp}
-		texts[i] = t
+	for _, f := range frames {
 		switch {
-		case strings.Contains(t.p, "torch/utils/_contextlib.py") && t.n == "decorate_context":
+		case f.bits.has(fbNoGradDecorator):
 			at.noGrad = true
-		case !at.gradFn && (strings.Contains(t.n, "CompiledFunction") || (strings.Contains(t.p, "torch/_functorch/") && t.n == "forward")):
-			at.gradFn, at.gradFnFrame = true, frameString(f)
+		case !at.gradFn && f.bits.has(fbGradFn):
+			at.gradFn, at.gradFnFrame = true, f.str
 		}
-		if at.hint == "" && kinds[i] != kindCpp && kinds[i] != kindRuntime && inferenceHint(t.p, t.ln) {
-			at.hint = frameString(f)
+		if at.hint == "" && f.kind != kindCpp && f.kind != kindRuntime && f.bits.has(fbInferenceHint) {
+			at.hint = f.str
 		}
 	}
-	decide := func(c stackContext, f snapshot.Frame, what string) {
-		at.ctx, at.frame = c, frameString(f)
+	decide := func(c stackContext, f *frameInfo, what string) {
+		at.ctx, at.frame = c, f.str
 		setDefaultRole(at, what)
 	}
 	inner := len(frames)
@@ -247,24 +244,23 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 	// an autograd.Function's backward outside it decides. Forward markers decide only when no
 	// strong marker is that near.
 	compiled, weak := -1, -1
-	for i, t := range texts[:inner] {
-		if !t.cpp && strings.Contains(t.p, "torch/nn/modules/") && t.n == "forward" {
+	for i, f := range frames[:inner] {
+		if f.bits.has(fbModuleForward) {
 			if weak < 0 {
 				weak = i
 			}
 			break
 		}
-		for _, m := range strongMarkers {
-			if m.matches(t) {
-				decide(m.ctx, frames[i], m.what)
-				return
-			}
+		if f.strong >= 0 {
+			m := strongMarkers[f.strong]
+			decide(m.ctx, f, m.what)
+			return
 		}
 		switch {
 		case weak >= 0:
-		case forwardMarker.matches(t):
+		case f.bits.has(fbForwardMarker):
 			weak = i
-		case compiled < 0 && !t.cpp && compiledFrame(t.p):
+		case compiled < 0 && f.bits.has(fbCompiled):
 			compiled = i
 		}
 	}
@@ -276,10 +272,9 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 		// Inductor's generated code sits under copies of the model frames it was compiled from,
 		// in the forward and the backward graph alike: a backward graph is run by AOTAutograd's
 		// backward on the autograd engine's thread, with no user frame outside it.
-		backward := markerOf(ctxBackward)
-		for j := len(frames) - 1; modelIdx >= 0 && j > modelIdx && !kinds[j].isModel(); j-- {
-			if !texts[j].cpp && backward.matches(texts[j]) {
-				decide(ctxBackward, frames[j], backward.what+" (a compiled graph)")
+		for j := len(frames) - 1; modelIdx >= 0 && j > modelIdx && !frames[j].kind.isModel(); j-- {
+			if frames[j].bits.has(fbBackwardPy) {
+				decide(ctxBackward, frames[j], markerOf(ctxBackward).what+" (a compiled graph)")
 				return
 			}
 		}
@@ -296,21 +291,21 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 	// model building by name.
 	forward := -1
 	for j := modelIdx; j < len(frames); j++ {
-		t, k := texts[j], kinds[j]
-		switch {
+		f := frames[j]
+		switch k := f.kind; {
 		case k.isModel():
-			if forward < 0 && (t.n == "forward" || t.n == "__call__") {
+			if forward < 0 && (f.t.n == "forward" || f.t.n == "__call__") {
 				forward = j
 			}
-			if forward < 0 && (isParamBuildName(t.ln) || (j == modelIdx && t.n == "__init__")) {
-				decide(ctxParameter, frames[j], "building, loading or moving the model")
+			if forward < 0 && (f.bits.has(fbParamBuildName) || (j == modelIdx && f.t.n == "__init__")) {
+				decide(ctxParameter, f, "building, loading or moving the model")
 				return
 			}
 			continue
 		case k == kindCpp || k == kindRuntime:
 			continue
-		case transparentFrame(t.p, t.n):
-			if forward < 0 && strings.Contains(t.p, "torch/nn/modules/module.py") {
+		case f.bits.has(fbTransparent):
+			if forward < 0 && f.bits.has(fbModulePy) {
 				forward = j - 1 // the module whose forward this call runs
 			}
 			continue
@@ -318,9 +313,12 @@ func classify(at *Attribution, frames []snapshot.Frame, kinds []frameKind, model
 		// The first frame that is neither the user's nor a wrapper: only an optimizer or a
 		// model loader decides here (it called the user's own step or init code).
 		if forward < 0 {
-			for _, c := range []stackContext{ctxOptimizer, ctxParameter} {
-				if m := markerOf(c); m.test(t.p, t.n, t.ln, false) {
-					decide(c, frames[j], m.what)
+			for _, c := range []struct {
+				ctx stackContext
+				bit frameBits
+			}{{ctxOptimizer, fbOptimizerCaller}, {ctxParameter, fbParameterCaller}} {
+				if f.bits.has(c.bit) {
+					decide(c.ctx, f, markerOf(c.ctx).what)
 					at.Evidence += " (it calls this code)"
 					return
 				}

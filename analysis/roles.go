@@ -816,12 +816,13 @@ func stepsSpanned(starts []int, idxs []int) int {
 // table on the cores the analysis leaves idle while the caller's goroutine works: the caller
 // attributes the stacks it needs as it meets them (a trace meets them roughly in id order),
 // the helpers take the others from the last id down, and each stack is attributed once, by
-// whichever claims it first. AttributeFrames only reads the Attributor, so the helpers never
-// touch its cache; the caller's goroutine records each stack there once.
+// whichever claims it first. attribute only reads the Attributor and the frame table, so the
+// helpers never touch its cache; the caller's goroutine records each stack there once.
 type attrTable struct {
-	snap *snapshot.Snapshot
-	a    *Attributor
-	vals []Attribution // by stack id + 1; vals[k] is written once, by whoever claimed k
+	snap   *snapshot.Snapshot
+	a      *Attributor
+	frames *frameTable   // filled before the helpers start: they only read it
+	vals   []Attribution // by stack id + 1; vals[k] is written once, by whoever claimed k
 	// state[k]: 0 unclaimed, 1 being attributed, 2 done (vals[k] set).
 	state []atomic.Uint32
 	next  atomic.Int64 // the helpers take ids from len(vals)-1 down
@@ -835,7 +836,9 @@ func attrHelpers() int { return min(runtime.GOMAXPROCS(0)-1, 4) }
 
 func newAttrTable(snap *snapshot.Snapshot, a *Attributor) *attrTable {
 	n := len(snap.Stacks) + 1
-	t := &attrTable{snap: snap, a: a, vals: make([]Attribution, n), state: make([]atomic.Uint32, n), recorded: make([]bool, n)}
+	frames := a.frames(snap)
+	frames.fill(a, snap)
+	t := &attrTable{snap: snap, a: a, frames: frames, vals: make([]Attribution, n), state: make([]atomic.Uint32, n), recorded: make([]bool, n)}
 	t.next.Store(int64(n - 1))
 	if n > 64 {
 		for range attrHelpers() {
@@ -847,10 +850,7 @@ func newAttrTable(snap *snapshot.Snapshot, a *Attributor) *attrTable {
 
 // compute is Attributor.Attribute without the cache (and safe on any goroutine).
 func (t *attrTable) compute(id snapshot.StackID) Attribution {
-	snap := t.snap
-	noStack := id == snapshot.NoStack ||
-		(id == snapshot.EmptyStack && !snap.Caps.FramesOnBlocks && !snap.Caps.FramesOnAllocs)
-	return t.a.AttributeFrames(snap.StackFrames(id), noStack, snap.Caps)
+	return t.a.attribute(t.frames.stackInfos(t.snap, id), stackNotRecorded(t.snap, id), t.snap.Caps)
 }
 
 // claim attributes stack index k if nobody has claimed it; false if someone has.

@@ -6,8 +6,6 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // Rule is one of the user's own categories (like Mosaic's custom profile): blocks whose stack has
@@ -109,18 +107,4 @@ func (r *Rule) compile() error {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
-}
-
-// matchRule returns the first rule matching the innermost frame any rule matches, and that
-// frame: frames innermost first, rules in order.
-func matchRule(rules []Rule, frames []snapshot.Frame) (string, snapshot.Frame, bool) {
-	for _, f := range frames {
-		key := normPath(f.Filename) + ":" + f.Name
-		for _, r := range rules {
-			if r.re.MatchString(key) {
-				return r.Name, f, true
-			}
-		}
-	}
-	return "", snapshot.Frame{}, false
 }
