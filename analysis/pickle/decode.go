@@ -88,6 +88,10 @@ type Stats struct {
 	MemoBytes int64
 	// Objects is how many container objects were allocated (recycled ones count once).
 	Objects int
+	// FastEvents is how many trace events the event fast path stored (see fastEvent), and
+	// Redone whether the decode had to start again without it.
+	FastEvents int64
+	Redone     bool
 }
 
 // Options bound the decoder.
@@ -97,6 +101,8 @@ type Options struct {
 	// MaxEvents, when positive, keeps only the newest MaxEvents events of each trace list
 	// while decoding, so memory stays bounded whatever the trace length.
 	MaxEvents int
+	// noFastEvents turns fastEvent off (a decode started again after errRedo; tests).
+	noFastEvents bool
 	// Stats, when set, receives the decode's counters, also when it fails.
 	Stats *Stats
 	// Index builds each trace list's address index (EventList.Index) on another goroutine
@@ -263,6 +269,11 @@ type decoder struct {
 	growthCheck int
 	frameBuf    []snapshot.FrameID
 	runs        *runCache
+	// open is the mark depth of the trace batch fastEvent has stored events of ahead of its
+	// APPENDS (0: none); redo says an opcode found the difference (see errRedo).
+	open       int
+	redo       bool
+	fastEvents int64
 	// The trace lists' indexer (Options.Index): the lists it follows and, once the decode
 	// ended, what it built.
 	pipe    *indexPipe
@@ -289,6 +300,24 @@ func DecodeBytes(ctx context.Context, data []byte, opt Options) (*Result, error)
 }
 
 func decodeFrom(ctx context.Context, r io.Reader, data []byte, opt Options) (*Result, error) {
+	if r != nil {
+		opt.noFastEvents = true // a stream cannot be read again (see errRedo)
+	}
+	res, err := decodeOnce(ctx, r, data, opt)
+	if errors.Is(err, errRedo) {
+		opt.noFastEvents = true
+		res, err = decodeOnce(ctx, r, data, opt)
+		if opt.Stats != nil {
+			opt.Stats.Redone = true
+		}
+		if res != nil {
+			res.Stats.Redone = true
+		}
+	}
+	return res, err
+}
+
+func decodeOnce(ctx context.Context, r io.Reader, data []byte, opt Options) (*Result, error) {
 	d := &decoder{
 		src:          r,
 		in:           snapshot.NewInterner(),
@@ -307,7 +336,7 @@ func decodeFrom(ctx context.Context, r io.Reader, data []byte, opt Options) (*Re
 	}
 	defer d.memo.release()
 	res, err := d.decode()
-	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * int64(unsafe.Sizeof(val{})), Objects: len(d.objs)}
+	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * int64(unsafe.Sizeof(val{})), Objects: len(d.objs), FastEvents: d.fastEvents}
 	if opt.Stats != nil {
 		*opt.Stats = st
 	}
@@ -570,6 +599,9 @@ func (d *decoder) memoFar(idx uint64, v val) {
 func (d *decoder) memoGet(at int64, idx uint64) (val, error) {
 	if p := d.memo.at(idx); p != nil && p.k != kMark {
 		v := d.resolved(*p)
+		if v.k == kEvent && d.open != 0 {
+			return val{}, errRedo // an event of the open batch would still be a dict
+		}
 		d.share(v)
 		return v, nil
 	}
@@ -616,7 +648,9 @@ func (d *decoder) run() (val, error) {
 			}
 		}
 		if d.end-d.pos >= fastWindow {
-			if d.fastOps(); d.offset() != at {
+			if d.fastOps(); d.redo {
+				return val{}, errRedo
+			} else if d.offset() != at {
 				continue // took some opcodes: back to the bookkeeping above
 			}
 		}
@@ -626,6 +660,9 @@ func (d *decoder) run() (val, error) {
 				return val{}, d.fail(0, "empty input")
 			}
 			return val{}, err
+		}
+		if d.open != 0 && !d.openSafe(op) {
+			return val{}, errRedo
 		}
 		switch op {
 		case 0x80: // PROTO
@@ -942,11 +979,17 @@ func (d *decoder) run() (val, error) {
 				return val{}, err
 			}
 			if len(items) == 0 && (t.k == kEmptyList || t.k == kList) {
+				if len(d.marks) < d.open {
+					d.open = 0 // the open batch is stored
+				}
 				break // nothing to add: an empty list may stay without an object
 			}
 			d.materialize(t)
 			if err := d.appendItems(at, *t, items); err != nil {
 				return val{}, err
+			}
+			if len(d.marks) < d.open {
+				d.open = 0 // the open batch is stored
 			}
 		case 's': // SETITEM
 			if len(d.stack) < 3 {
@@ -1512,6 +1555,9 @@ func (d *decoder) fastOps() {
 				return
 			}
 			v := d.resolved(*p)
+			if v.k == kEvent && d.open != 0 {
+				return // memoGet decides
+			}
 			d.share(v)
 			d.push(v)
 			pos += width
@@ -1548,6 +1594,12 @@ func (d *decoder) fastOps() {
 			d.push(val{k: kNone})
 			pos++
 		case '}': // EMPTY_DICT
+			if p := d.fastEvent(buf, pos); p >= 0 {
+				pos = p
+				continue
+			} else if d.redo {
+				return
+			}
 			if p := d.fastDict(buf, pos); p >= 0 {
 				pos = p
 				continue
@@ -1558,7 +1610,7 @@ func (d *decoder) fastOps() {
 			d.push(val{k: kEmptyList})
 			pos++
 		case '(': // MARK
-			if len(d.marks) >= maxDepth*64 {
+			if len(d.marks) >= maxDepth*64 || (d.open != 0 && !d.openSafe('(')) {
 				return
 			}
 			d.marks = append(d.marks, len(d.stack))

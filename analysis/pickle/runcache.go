@@ -190,10 +190,29 @@ func (d *decoder) recordRun(lst *object, h uint64) {
 		c.arena = c.arena[:c.pendOff]
 		return
 	}
+	c.file(c.pendHash, c.pendOff, c.pendLen, id)
+	lst.known, lst.knownN = id, int32(len(lst.frames))
+}
+
+// put records the run of n bytes at the start of buf (followed by its APPENDS) as stack id.
+func (c *runCache) put(buf []byte, n int, id snapshot.StackID) {
+	if c.off || n == 0 || n > maxRunBytes {
+		return
+	}
+	if len(c.arena)+n > maxRunArena {
+		c.clear()
+	}
+	key, off := c.runKey(buf), uint32(len(c.arena))
+	c.arena = append(c.arena, buf[:n]...)
+	c.file(key, off, uint32(n), id)
+}
+
+// file enters a run whose bytes are arena[off : off+n] under its key.
+func (c *runCache) file(key uint64, off, n uint32, id snapshot.StackID) {
 	if c.used++; c.used > 2*len(c.table) && len(c.table) < maxRunBuckets {
 		c.grow()
 	}
-	b := &c.table[c.pendHash&uint64(len(c.table)-1)]
+	b := &c.table[key&uint64(len(c.table)-1)]
 	w := len(b) - 1
 	for k := range b {
 		if b[k].tag == 0 {
@@ -201,8 +220,7 @@ func (d *decoder) recordRun(lst *object, h uint64) {
 			break
 		}
 	}
-	b[w] = runEntry{tag: runTag(c.pendHash), off: c.pendOff, n: uint16(c.pendLen), id: id}
-	lst.known, lst.knownN = id, int32(len(lst.frames))
+	b[w] = runEntry{tag: runTag(key), off: off, n: uint16(n), id: id}
 }
 
 // grow makes the table four times larger. Entries do not keep their full hash, so they are

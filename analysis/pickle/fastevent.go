@@ -1,0 +1,361 @@
+package pickle
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"unsafe"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// fastEvent is fastDict for a trace event met inside its trace list's APPENDS batch, the
+// commonest thing in a snapshot: instead of building the dict, keeping it on the stack and
+// converting it when APPENDS stores it (newObj, memoize, signature, event, addEvent,
+// reduceTo), it reads the pairs straight into a snapshot.Event, appends that to the list and
+// leaves the memo as the batch's APPENDS would: the dict's slot holding the event, each
+// inline frames list's slot holding its stack. Values of the batch waiting on the stack (event
+// dicts the slow path built) are stored first, as that APPENDS would store them, so the list
+// keeps the input's order.
+//
+// The stack then lacks what the input pushed, and the memo holds events where dicts would
+// still be, until the batch's APPENDS. Snapshot writers never look back within a batch, but
+// any input may: from the first commit the batch is "open" (d.open), and an opcode that could
+// see the difference (see openSafe) makes the decode start again without this path
+// (errRedo), so that the result is always exactly the slow path's.
+//
+// It commits nothing unless the whole dict is of the forms below, and returns the position
+// after its SETITEMS, or -1.
+func (d *decoder) fastEvent(buf []byte, pos int) int {
+	if d.opt.noFastEvents || pos+3 > len(buf) || buf[pos+1] != 0x94 || buf[pos+2] != '(' || len(d.marks) == 0 || len(d.marks) >= maxDepth*64 {
+		return -1
+	}
+	if d.open != 0 && d.open != len(d.marks) {
+		return -1 // inside something else within an open batch: the slow path
+	}
+	m := d.marks[len(d.marks)-1]
+	if m == 0 {
+		return -1
+	}
+	target := d.stack[m-1]
+	if target.k != kList || target.x >= 1<<32 {
+		return -1
+	}
+	if o := &d.objs[target.x]; o.ev == nil || o.redKind != kNone || len(o.items) > 0 || len(o.frames) > 0 {
+		return -1
+	}
+	ev := snapshot.Event{Stack: snapshot.NoStack}
+	var ref extraRef
+	// The values the dict makes, in input order: each takes the next memo slot (strings only
+	// when MEMOIZE follows them). News strings get the next string indexes, from base.
+	var made [maxFastPairs]madeValue
+	nm, newStrs, base := 0, 0, uint64(len(d.strs))
+	n, action := 0, false
+	// The frames list whose run the cache lacks: where its run starts, how long it is.
+	missPos, missLen := -1, 0
+	p := pos + 3
+	for {
+		if p+16 > len(buf) {
+			return -1
+		}
+		c := buf[p]
+		if c == 'u' {
+			break
+		}
+		if n == maxFastPairs {
+			return -1
+		}
+		n++
+		var idx uint64
+		switch c {
+		case 'h':
+			idx, p = uint64(buf[p+1]), p+2
+		case 'j':
+			idx, p = uint64(binary.LittleEndian.Uint32(buf[p+1:])), p+5
+		default:
+			return -1
+		}
+		k := d.memo.at(idx)
+		if k == nil || k.k != kStr {
+			return -1
+		}
+		var v val
+		switch buf[p] {
+		case 'K': // BININT1
+			v, p = val{k: kInt, x: uint64(buf[p+1])}, p+2
+		case 'M': // BININT2
+			v, p = val{k: kInt, x: uint64(binary.LittleEndian.Uint16(buf[p+1:]))}, p+3
+		case 'J': // BININT
+			v, p = val{k: kInt, x: uint64(int64(int32(binary.LittleEndian.Uint32(buf[p+1:]))))}, p+5
+		case 0x8a: // LONG1 of at most 8 bytes
+			w := int(buf[p+1])
+			if w > 8 {
+				return -1
+			}
+			v, _ = decodeLong(buf[p+2 : p+2+w])
+			p += 2 + w
+		case 'N':
+			v, p = val{k: kNone}, p+1
+		case 0x88:
+			v, p = val{k: kBool, x: 1}, p+1
+		case 0x89:
+			v, p = val{k: kBool}, p+1
+		case 'h', 'j':
+			var vi uint64
+			if buf[p] == 'h' {
+				vi, p = uint64(buf[p+1]), p+2
+			} else {
+				vi, p = uint64(binary.LittleEndian.Uint32(buf[p+1:])), p+5
+			}
+			s := d.memo.at(vi)
+			if s == nil {
+				return -1
+			}
+			switch v = d.resolved(*s); v.k {
+			case kStr, kInt, kUint, kFloat, kBool, kNone, kStack:
+			default:
+				return -1
+			}
+		case 0x8c: // SHORT_BINUNICODE: writers that make a new string per event (each
+			// event's action and compile context), memoized or not
+			w := int(buf[p+1])
+			if p+2+w+1+16 > len(buf) {
+				return -1
+			}
+			mv := madeValue{str: true, off: p + 2, n: w}
+			v = val{k: kStr, x: base + uint64(newStrs)}
+			newStrs++
+			p += 2 + w
+			if buf[p] == 0x94 {
+				mv.memo = true
+				p++
+			}
+			made[nm] = mv
+			nm++
+		case ']': // a frames list
+			if d.keys[k.x] != keyFrames || buf[p+1] != 0x94 {
+				return -1
+			}
+			if buf[p+2] != '(' { // EMPTY_LIST MEMOIZE: an empty traceback
+				v, p = val{k: kStack, x: uint64(snapshot.EmptyStack)}, p+2
+			} else {
+				id, w, ok := d.lookupRun(buf[p+3:])
+				if !ok {
+					// A traceback not seen before (or not cacheable): its frames, if all are
+					// known, are interned at the commit (one per dict: enough for events).
+					if missPos >= 0 {
+						return -1
+					}
+					if w, ok = d.missedRun(buf[p+3:]); !ok {
+						return -1
+					}
+					missPos, missLen, id = p+3, w, missStack
+				}
+				v, p = val{k: kStack, x: uint64(id)}, p+3+w+1 // past the APPENDS
+			}
+			made[nm] = madeValue{stack: snapshot.StackID(v.x)}
+			nm++
+		default:
+			return -1
+		}
+		// The fields as event reads them; anything it would refuse goes the slow way, which
+		// reports it.
+		switch d.keys[k.x] {
+		case keyAction:
+			if v.k != kStr {
+				return -1
+			}
+			action = true
+			if v.x >= base {
+				mv := made[nm-1]
+				ev.Action = snapshot.ParseAction(unsafe.String(&buf[mv.off], mv.n))
+			} else {
+				ev.Action = d.action(v)
+			}
+			if ev.Action == snapshot.ActionOther {
+				ref.action = strRef(v)
+			}
+		case keyFilename, keyState, keyPoolID, keyForwardFrames:
+			return -1 // another kind of dict, or a field built from containers
+		case keyAddr, keyStream:
+			var x uint64
+			switch v.k {
+			case kInt, kUint:
+				x = v.x
+			case kNone:
+			default:
+				return -1
+			}
+			if d.keys[k.x] == keyAddr {
+				ev.Addr = x
+			} else {
+				ev.Stream = x
+			}
+		case keySize, keyTimeUS, keyDeviceFree:
+			var x int64
+			switch v.k {
+			case kInt, kBool:
+				x = int64(v.x)
+			case kNone:
+			default:
+				return -1
+			}
+			switch d.keys[k.x] {
+			case keySize:
+				ev.Size = x
+			case keyTimeUS:
+				ev.TimeUS = x
+			default:
+				ev.DeviceFree = x
+			}
+		case keyFrames:
+			switch v.k {
+			case kStack:
+				ev.Stack = snapshot.StackID(v.x)
+			case kNone:
+			default:
+				return -1
+			}
+		case keyCompileContext:
+			ref.compile = strRef(v)
+		case keyUserMetadata:
+			ref.user = strRef(v)
+		case keyCategory:
+			ref.category = strRef(v)
+		case keyInternalMetadata:
+			ref.internal = strRef(v)
+		}
+	}
+	if !action {
+		return -1
+	}
+	var extra uint32
+	knownExtra := true
+	if ref != (extraRef{}) {
+		if d.lastExtra.ok && d.lastExtra.ref == ref {
+			extra = d.lastExtra.id
+		} else if extra, knownExtra = d.extraByRef[ref]; !knownExtra && newStrs == 0 {
+			return -1 // a new combination of old strings: the slow path makes (and charges) it
+		}
+	}
+	l := d.objs[target.x].ev
+	if len(l.events)+len(d.stack)-m >= 1<<32-1 {
+		return -1 // the slow path refuses it
+	}
+	// Commit. First what the batch left on the stack, as its APPENDS would store it.
+	d.open = len(d.marks)
+	if len(d.stack) > m {
+		if err := d.appendItems(d.offset(), target, d.stack[m:]); err != nil {
+			d.redo = true // the APPENDS will report it, at its own offset
+			return -1
+		}
+		d.stack = d.stack[:m]
+	}
+	// The dict's memo slot comes first; it holds the event once it is stored.
+	slot := d.memo.n
+	d.memo.set(slot, val{k: kNone})
+	for _, mv := range made[:nm] {
+		switch {
+		case mv.str:
+			s := d.newStr(kStr, string(buf[mv.off:mv.off+mv.n]))
+			if mv.memo {
+				d.memo.set(d.memo.n, s)
+			}
+		case mv.stack == missStack:
+			id := d.in.StackWithHash(d.frameBuf, snapshot.StackHash(d.frameBuf))
+			d.runs.put(buf[missPos:], missLen, id)
+			d.memo.set(d.memo.n, val{k: kStack, x: uint64(id)})
+			if ev.Stack == missStack {
+				ev.Stack = id
+			}
+		default:
+			d.memo.set(d.memo.n, val{k: kStack, x: uint64(mv.stack)})
+		}
+	}
+	if !knownExtra {
+		// New strings: the extra is found by their content, as event finds it.
+		id, err := d.extraOf(d.offset(), ref)
+		if err != nil {
+			d.redo = true
+			return -1
+		}
+		extra = id
+	}
+	if ref != (extraRef{}) {
+		ev.Extra = extra
+		d.lastExtra.ref, d.lastExtra.id, d.lastExtra.ok = ref, extra, true
+	}
+	d.appendEvent(l, ev)
+	d.fastEvents++
+	d.memo.set(slot, val{k: kEvent, x: target.x<<32 | uint64(len(l.events)-1)})
+	d.memoAhead()
+	return p + 1
+}
+
+// madeValue is a value a trace event dict makes as it is read: a new string (its bytes in
+// the input, and whether MEMOIZE follows) or a frames list's stack.
+type madeValue struct {
+	str    bool
+	memo   bool
+	off, n int
+	stack  snapshot.StackID
+}
+
+// missStack stands for the stack of a run fastEvent interns at its commit.
+const missStack snapshot.StackID = math.MinInt32
+
+// missedRun reads a run of references to known frames ending in APPENDS at the start of buf
+// into d.frameBuf, as frameRun and APPENDS would: its length, or false for anything else.
+func (d *decoder) missedRun(buf []byte) (int, bool) {
+	ids := d.frameBuf[:0]
+	for p := 0; p+5 <= len(buf); {
+		var idx uint64
+		switch buf[p] {
+		case 'h':
+			idx, p = uint64(buf[p+1]), p+2
+		case 'j':
+			idx, p = uint64(binary.LittleEndian.Uint32(buf[p+1:])), p+5
+		case 'e':
+			d.frameBuf = ids
+			return p, len(ids) > 0
+		default:
+			return 0, false
+		}
+		f := d.memo.at(idx)
+		if f == nil {
+			return 0, false
+		}
+		// A frame dict shared before it was reduced keeps its object in the memo: APPENDS
+		// would resolve it, as here.
+		fv := d.resolved(*f)
+		if fv.k != kFrame {
+			return 0, false
+		}
+		ids = append(ids, snapshot.FrameID(fv.x))
+	}
+	return 0, false
+}
+
+// errRedo ends a decode whose open batch met an opcode that could see what fastEvent changed
+// (see fastEvent): the input is decoded again without it.
+var errRedo = errors.New("pickle: decode again without the event fast path")
+
+// openSafe reports whether opcode op may run while a trace batch is open (d.open != 0):
+// anything that only pushes, reads the memo (BINGET checks for events itself), or works
+// above a mark of its own; at the batch's own level MARK and MEMOIZE only with something of
+// the batch's on the stack, and APPENDS, which closes the batch.
+func (d *decoder) openSafe(op byte) bool {
+	switch op {
+	case 0x80, 0x95, // PROTO, FRAME
+		'}', ']', ')', 'K', 'M', 'J', 0x8a, 0x8b, 'I', 'L', 'F', 'S', 'V', 'G', 'N', 0x88, 0x89,
+		0x8c, 'X', 'B', 'C', 0x8d, 0x8e, 0x96, 'T', 'U', 'h', 'j', 'g':
+		return true
+	case '(', 0x94, 'q', 'r', 'p': // MARK, MEMOIZE, BINPUT, LONG_BINPUT, PUT
+		return len(d.marks) > d.open || len(d.stack) > d.marks[len(d.marks)-1]
+	case 'e':
+		return true
+	case 'u', 'a', 's', 't', 'l', 'd', 0x85, 0x86, 0x87: // they take only what their mark holds
+		return len(d.marks) > d.open
+	}
+	return false
+}

@@ -1,0 +1,84 @@
+package pickle
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// Trace-list pickles for the event fast path: a list whose first batch (decoded the slow
+// way, it makes the list a trace list) defines the memo slots the later events name:
+// 0 the list, 1 the first event, 2 "action", 3 "alloc", 4 "size", 5 "addr".
+const (
+	feHead  = "\x80\x04]\x94(}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04size\x94K\x10\x8c\x04addr\x94K\x01ue"
+	feEvent = "}\x94(h\x02h\x03h\x04K\x20h\x05K\x02u" // the fast path's form; each takes the next memo slot
+	// feSlow is an event the fast path does not take (a key it has not seen: a new string).
+	feSlow = "}\x94(h\x02h\x03\x8c\x04size\x94K\x30u"
+	// feFresh writes its action and a compile context as new strings, memoized or not, as
+	// PyTorch's writer does for every event.
+	feFresh = "}\x94(h\x02\x8c\x0efree_completed\x94h\x04K\x20h\x07\x8c\x03N/Au"
+	// feHead2 is feHead with an event that defines slot 7, "compile_context" (slot 6 is its
+	// dict).
+	feHead2 = "\x80\x04]\x94(}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04size\x94K\x10\x8c\x04addr\x94K\x01u}\x94(h\x02h\x03\x8c\x0fcompile_context\x94\x8c\x03N/A\x94ue"
+)
+
+// TestFastEventsMatchSlowPath: whatever a batch does after events were stored ahead of its
+// APPENDS, decoding in place (with the event fast path) gives exactly what the slow path
+// gives (the stream decode never takes it): the same events, memo reads and errors. Inputs
+// that look back into the open batch are decoded again without the fast path (Redone).
+func TestFastEventsMatchSlowPath(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		batch      string
+		fast       int64 // events the fast path reads (the slow ones it stores ahead are not counted)
+		redone     bool
+		wantEvents int // -1: an error
+	}{
+		{"plain", feEvent + feEvent, 2, false, 3},
+		{"new strings", feFresh + feFresh, 2, false, 4},
+		{"a string of the batch read back", feFresh + "h\x0a", 1, false, -1},
+		{"a slow event between", feEvent + feSlow + feEvent, 2, false, 4},
+		{"slow events first", feSlow + feSlow + feEvent, 1, false, 4},
+		{"POP after stored events", feEvent + feEvent + "0", 2, true, 2},
+		{"BINGET of a stored event", feEvent + feEvent + "h\x06", 2, true, 4},
+		{"SETITEMS on a stored event", feEvent + feEvent + "(K\x01K\x02u", 2, true, 3},
+		{"MEMOIZE of a stored event", feEvent + feEvent + "\x94", 2, true, 3},
+		{"TUPLE2 of stored events", feEvent + feEvent + "\x86", 2, true, -1},
+		{"DUP of a stored event", feEvent + "2", 1, true, 3},
+		{"a nested list", feEvent + "]\x94(" + feEvent + "e", 1, false, -1},
+		{"POP_MARK", feEvent + feEvent + "1", 2, true, -1},
+		{"a non-event after", feEvent + "K\x01", 1, false, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Bytes after STOP are ignored: the padding keeps the fast paths' window open.
+			head := feHead
+			if strings.Contains(tc.batch, feFresh) {
+				head = feHead2
+			}
+			data := []byte(head + "(" + tc.batch + "e." + strings.Repeat("N", 32))
+			stream, err1 := Decode(context.Background(), bytes.NewReader(data), Options{})
+			sameAsStream(t, data, Options{}, stream, err1)
+			var st Stats
+			res, err := DecodeBytes(context.Background(), data, Options{Stats: &st})
+			if st.Redone != tc.redone {
+				t.Errorf("redone %v, want %v", st.Redone, tc.redone)
+			}
+			if !tc.redone && st.FastEvents != tc.fast {
+				t.Errorf("fast events %d, want %d", st.FastEvents, tc.fast)
+			}
+			if tc.wantEvents < 0 {
+				if err == nil {
+					t.Fatalf("no error; root %#v", res.Root)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(res.Root.(EventList).Events); n != tc.wantEvents {
+				t.Fatalf("%d events, want %d", n, tc.wantEvents)
+			}
+		})
+	}
+}
