@@ -110,7 +110,7 @@ func (d *decoder) indexOf(l *eventList, evs []snapshot.Event) *snapshot.TraceInd
 // make it ready, so that filling it costs the decoder no page faults.
 func (d *decoder) memoAhead() {
 	m := &d.memo
-	if d.pipe == nil || m.n&(1<<memoPageBits-1) != 1<<(memoPageBits-1) || m.n>>memoPageBits+1 != uint64(len(m.pages)) {
+	if d.pipe == nil || m.n&(1<<memoPageBits-1) < 1<<(memoPageBits-1) || m.n>>memoPageBits+1 != uint64(len(m.pages)) {
 		return
 	}
 	m.addPage()
