@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -131,11 +132,27 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 		devs = []int{*opt.Device}
 	}
 	for _, d := range devs {
+		// The role pass (for the workload) and the device's own passes (pools, action
+		// counts, peaks) read the trace independently: one runs on another core. A panic
+		// there is raised again here, as if it had run on this goroutine.
+		var (
+			wg                 sync.WaitGroup
+			workload, evidence string
+			panicked           any
+		)
+		wg.Go(func() {
+			defer func() { panicked = recover() }()
+			workload, evidence = roles.Workload(d)
+		})
 		ds, err := summarizeDevice(ctx, snap, d, opt)
+		wg.Wait()
+		if panicked != nil {
+			panic(panicked)
+		}
 		if err != nil {
 			return nil, err
 		}
-		ds.Workload, ds.WorkloadEvidence = roles.Workload(d)
+		ds.Workload, ds.WorkloadEvidence = workload, evidence
 		s.Devices = append(s.Devices, ds)
 		s.Totals.add(ds.MemoryTotals)
 		s.OOMs += ds.OOMs
