@@ -828,7 +828,7 @@ func computeCaps(s *snapshot.Snapshot) {
 	nonEmpty := func(id snapshot.StackID) bool { return id > 0 && int(id) < len(s.Stacks) }
 	anyCpp, anyPy := false, false
 	note := func(id snapshot.StackID) {
-		if nonEmpty(id) {
+		if nonEmpty(id) && !(anyCpp && anyPy) {
 			anyCpp = anyCpp || cpp[id]
 			anyPy = anyPy || py[id]
 		}
@@ -853,11 +853,11 @@ func computeCaps(s *snapshot.Snapshot) {
 		state := 0
 		for _, e := range evs {
 			if e.Action != snapshot.ActionSnapshot {
-				state++
+				if state++; state >= 2 {
+					c.HasTrace = true
+					break
+				}
 			}
-		}
-		if state >= 2 {
-			c.HasTrace = true
 		}
 		if ringBufferWrapped(evs, c.MaxEntries) {
 			wrapped = true
