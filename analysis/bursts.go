@@ -101,12 +101,6 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 			break
 		}
 	}
-	streams := map[uint64]bool{}
-	for _, ev := range evs {
-		if ev.Action == snapshot.ActionAlloc {
-			streams[ev.Stream] = true
-		}
-	}
 	for i := 0; i < len(evs); {
 		if !isReleaseEvent(evs[i].Action) {
 			i++
@@ -175,6 +169,16 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 			}
 		}
 		i = j
+	}
+	// The streams that allocate (the advice names more than one): counted only when there is
+	// a burst to advise on, which most traces lack, since it reads every event.
+	streams := map[uint64]bool{}
+	if len(order) > 0 {
+		for i := range evs {
+			if ev := &evs[i]; ev.Action == snapshot.ActionAlloc {
+				streams[ev.Stream] = true
+			}
+		}
 	}
 	for _, k := range order {
 		g := groups[k]

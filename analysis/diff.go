@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -111,23 +112,53 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	if opt.Limit <= 0 {
 		opt.Limit = 20
 	}
-	a, err := NewAttributor(opt.Attribution)
-	if err != nil {
-		return nil, fmt.Errorf("diff: %w", err)
+	// Each file gets its own attributor and role table, so that all of one file's work runs on
+	// one goroutine, beside the other file's: its trace's peak (the replay also readies the
+	// roles' trace context) and the rows of its allocated blocks. What compares the two (same
+	// run, the rows matched by site, patterns) follows. Attributions do not depend on the
+	// attributor that makes them, only on its options.
+	var sides [2]diffSide
+	snaps := [2]*snapshot.Snapshot{before, after}
+	var roles [2]*Roles
+	for i, s := range snaps {
+		a, err := NewAttributor(opt.Attribution)
+		if err != nil {
+			return nil, fmt.Errorf("diff: %w", err)
+		}
+		roles[i] = rolesWith(s, a)
 	}
-	rb, ra := rolesWith(before, a), rolesWith(after, a)
+	var (
+		wg       sync.WaitGroup
+		panicked any
+	)
+	wg.Go(func() {
+		// A panic on this goroutine is raised again on the caller's, as if the work had run
+		// there (the MCP server turns a tool's panic into an error; here it would end it).
+		defer func() { panicked = recover() }()
+		sides[1] = diffOneSide(snaps[1], roles[1], opt)
+	})
+	sides[0] = diffOneSide(snaps[0], roles[0], opt)
+	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
+	for _, sd := range sides {
+		if sd.err != nil {
+			return nil, fmt.Errorf("diff: %w", sd.err)
+		}
+	}
+	rb, ra := roles[0], roles[1]
 	run := checkSameRun(before, after, rb, ra)
 	if run.swapped {
-		before, after, rb, ra = after, before, ra, rb
+		before, after, sides[0], sides[1] = after, before, sides[1], sides[0]
 	}
 	r := &DiffResult{BeforePath: before.Path, AfterPath: after.Path, SameRun: run.same, SameRunEvidence: run.evidence,
 		Swapped: run.swapped, runReasons: run.reasons, PeakSitesBefore: []SiteBytes{}, PeakSitesAfter: []SiteBytes{},
 		Roles: []DiffRole{}, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}}
-	all := diffSites(before, after, rb, ra, opt.Device, r)
+	all := diffSites(&sides[0], &sides[1], r)
 	r.Roles = diffRoles(all)
-	if err := diffPeaks(before, after, opt, r); err != nil {
-		return nil, fmt.Errorf("diff: %w", err)
-	}
+	r.PeakBeforeBytes, r.PeakSitesBefore = sides[0].peak, sides[0].peakSites
+	r.PeakAfterBytes, r.PeakSitesAfter = sides[1].peak, sides[1].peakSites
 	r.Patterns = diffPatterns(all, r)
 	r.TotalSites = len(all)
 	r.Sites = all
@@ -138,62 +169,117 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	return r, nil
 }
 
-// diffSites groups the allocated blocks of both files by (site, role), sorted by growth.
-func diffSites(before, after *snapshot.Snapshot, rb, ra *Roles, device int, r *DiffResult) []DiffSite {
+// diffSide is what Diff works out of one file alone.
+type diffSide struct {
+	rows  []diffRow
+	bytes int64 // allocated bytes in all
+	// peak: the trace's allocated peak (nil without a trace) and the sites live at it.
+	peak      *int64
+	peakSites []SiteBytes
+	err       error
+}
+
+// diffRow is one file's allocated blocks of one (site, role) row, in order of first appearance.
+type diffRow struct {
+	key diffKey
+	// id and category: the row's first block's.
+	id       SiteIdentity
+	category string
+	// ucEvidence: the evidence of the row's first block whose role is user_container, if any.
+	ucEvidence string
+	hasUC      bool
+	bytes      int64
+	blocks     int
+	sizes      sizeHist // rows of role other only: the container test reads them
+	minSize    int64    // the smallest block (see DiffSite.minAfter)
+}
+
+// diffOneSide replays snap's trace for its peak and groups its allocated blocks into rows, with
+// roles, which it alone uses until it returns.
+func diffOneSide(snap *snapshot.Snapshot, roles *Roles, opt DiffOptions) diffSide {
+	var sd diffSide
+	if sd.peak, sd.peakSites, sd.err = diffPeak(snap, roles, opt); sd.err != nil {
+		return sd
+	}
+	index := map[diffKey]int{}
+	for si := range snap.Segments {
+		seg := &snap.Segments[si]
+		if opt.Device >= 0 && seg.Device != opt.Device {
+			continue
+		}
+		for _, b := range seg.Blocks {
+			if b.State != snapshot.StateActiveAllocated {
+				continue
+			}
+			at := roles.Block(seg.Device, b)
+			// One row per role: a site can hold activations and a workspace. Blocks your code
+			// holds past their pass share the row of the site's other blocks (see rowKey).
+			rowCat := at.Category
+			if rowCat == CategoryUserContainer {
+				rowCat = CategoryOther
+			}
+			k := diffKey{at.File, at.Function, at.Line, at.Site, rowCat}
+			i, ok := index[k]
+			if !ok {
+				i = len(sd.rows)
+				index[k] = i
+				sd.rows = append(sd.rows, diffRow{key: k, id: at.SiteIdentity, category: at.Category})
+				if rowCat == CategoryOther {
+					sd.rows[i].sizes = sizeHist{}
+				}
+			}
+			row := &sd.rows[i]
+			if at.Category == CategoryUserContainer && !row.hasUC {
+				row.hasUC, row.ucEvidence = true, at.Evidence
+			}
+			if row.sizes != nil {
+				row.sizes.add(b.Size)
+			}
+			if row.minSize == 0 || b.Size < row.minSize {
+				row.minSize = b.Size
+			}
+			row.bytes += b.Size
+			row.blocks++
+			sd.bytes += b.Size
+		}
+	}
+	return sd
+}
+
+// diffSites matches the rows of both files by (site, role), sorted by growth.
+func diffSites(before, after *diffSide, r *DiffResult) []DiffSite {
 	m := map[diffKey]*DiffSite{}
 	type kindSizes struct {
 		sizes    [2]sizeHist // before, after
 		allOther bool
 	}
 	ks := map[diffKey]*kindSizes{}
-	add := func(snap *snapshot.Snapshot, roles *Roles, isAfter bool) {
-		for si := range snap.Segments {
-			seg := &snap.Segments[si]
-			if device >= 0 && seg.Device != device {
-				continue
+	// Rows meet in the order their first blocks do, before's first: a row's identity and role
+	// are its first block's, and the first user_container block after that one makes it a
+	// user_container row with that block's evidence.
+	for side, sd := range [2]*diffSide{before, after} {
+		for i := range sd.rows {
+			row := &sd.rows[i]
+			k := row.key
+			d := m[k]
+			if d == nil {
+				d = &DiffSite{SiteIdentity: row.id, Category: row.category}
+				m[k] = d
+				ks[k] = &kindSizes{allOther: k.category == CategoryOther}
 			}
-			for _, b := range seg.Blocks {
-				if b.State != snapshot.StateActiveAllocated {
-					continue
-				}
-				at := roles.Block(seg.Device, b)
-				// One row per role: a site can hold activations and a workspace. Blocks your code
-				// holds past their pass share the row of the site's other blocks (see rowKey).
-				rowCat := at.Category
-				if rowCat == CategoryUserContainer {
-					rowCat = CategoryOther
-				}
-				k := diffKey{at.File, at.Function, at.Line, at.Site, rowCat}
-				d := m[k]
-				if d == nil {
-					d = &DiffSite{SiteIdentity: at.SiteIdentity, Category: at.Category}
-					m[k] = d
-					ks[k] = &kindSizes{sizes: [2]sizeHist{{}, {}}, allOther: true}
-				}
-				if at.Category == CategoryUserContainer && d.Category != CategoryUserContainer {
-					d.Category, d.Evidence = at.Category, at.Evidence
-				}
-				x := ks[k]
-				x.allOther = x.allOther && rowCat == CategoryOther
-				if isAfter {
-					x.sizes[1].add(b.Size)
-					if d.minAfter == 0 || b.Size < d.minAfter {
-						d.minAfter = b.Size
-					}
-					d.BytesAfter += b.Size
-					d.BlocksAfter++
-					r.BytesAfter += b.Size
-				} else {
-					x.sizes[0].add(b.Size)
-					d.BytesBefore += b.Size
-					d.BlocksBefore++
-					r.BytesBefore += b.Size
-				}
+			if row.hasUC && d.Category != CategoryUserContainer {
+				d.Category, d.Evidence = CategoryUserContainer, row.ucEvidence
+			}
+			ks[k].sizes[side] = row.sizes
+			if side == 1 {
+				d.minAfter = row.minSize
+				d.BytesAfter, d.BlocksAfter = row.bytes, row.blocks
+			} else {
+				d.BytesBefore, d.BlocksBefore = row.bytes, row.blocks
 			}
 		}
 	}
-	add(before, rb, false)
-	add(after, ra, true)
+	r.BytesBefore, r.BytesAfter = before.bytes, after.bytes
 	r.DeltaBytes = r.BytesAfter - r.BytesBefore
 	all := make([]DiffSite, 0, len(m))
 	for k, d := range m {
@@ -201,6 +287,9 @@ func diffSites(before, after *snapshot.Snapshot, rb, ra *Roles, device int, r *D
 			h := x.sizes[1]
 			if d.BlocksAfter == 0 {
 				h = x.sizes[0]
+			}
+			if h == nil {
+				h = sizeHist{}
 			}
 			var across string // only growth between two points of one run shows accumulation
 			if r.sameRun() && d.BlocksAfter > d.BlocksBefore {
@@ -264,48 +353,40 @@ func diffRoles(all []DiffSite) []DiffRole {
 	return out
 }
 
-// diffPeaks replays each file's trace (the device with the highest peak when every device is
-// asked for) and keeps the peak and the sites live at it.
-func diffPeaks(before, after *snapshot.Snapshot, opt DiffOptions, r *DiffResult) error {
-	peak := func(s *snapshot.Snapshot) (*int64, []SiteBytes, error) {
-		if !s.Caps.HasTrace {
-			return nil, []SiteBytes{}, nil
-		}
-		devs := []int{opt.Device}
-		if opt.Device < 0 {
-			devs = devs[:0]
-			for d, evs := range s.DeviceTraces {
-				if len(evs) > 0 {
-					devs = append(devs, d)
-				}
-			}
-		}
-		var best *ReplayResult
-		for _, d := range devs {
-			rr, err := ReplayDevice(context.Background(), s, ReplayOptions{Device: d, Limit: peakSitesLimit, Attribution: opt.Attribution})
-			if err != nil {
-				return nil, nil, err
-			}
-			if rr.HasTrace && rr.Events > 1 && (best == nil || rr.PeakAllocatedBytes > best.PeakAllocatedBytes) {
-				best = rr
-			}
-		}
-		if best == nil {
-			return nil, []SiteBytes{}, nil
-		}
-		p := best.PeakAllocatedBytes
-		sites := best.PeakSites
-		if len(sites) > peakSitesLimit {
-			sites = sites[:peakSitesLimit]
-		}
-		return &p, sites, nil
+// diffPeak replays one file's trace (the device with the highest peak when every device is
+// asked for) with its roles and keeps the peak and the sites live at it.
+func diffPeak(s *snapshot.Snapshot, roles *Roles, opt DiffOptions) (*int64, []SiteBytes, error) {
+	if !s.Caps.HasTrace {
+		return nil, []SiteBytes{}, nil
 	}
-	var err error
-	if r.PeakBeforeBytes, r.PeakSitesBefore, err = peak(before); err != nil {
-		return err
+	devs := []int{opt.Device}
+	if opt.Device < 0 {
+		devs = devs[:0]
+		for d, evs := range s.DeviceTraces {
+			if len(evs) > 0 {
+				devs = append(devs, d)
+			}
+		}
 	}
-	r.PeakAfterBytes, r.PeakSitesAfter, err = peak(after)
-	return err
+	var best *ReplayResult
+	for _, d := range devs {
+		rr, err := replayPeak(context.Background(), s, roles, d, peakSitesLimit)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rr.HasTrace && rr.Events > 1 && (best == nil || rr.PeakAllocatedBytes > best.PeakAllocatedBytes) {
+			best = rr
+		}
+	}
+	if best == nil {
+		return nil, []SiteBytes{}, nil
+	}
+	p := best.PeakAllocatedBytes
+	sites := best.PeakSites
+	if len(sites) > peakSitesLimit {
+		sites = sites[:peakSitesLimit]
+	}
+	return &p, sites, nil
 }
 
 func (r *DiffResult) sameRun() bool { return r.SameRun != nil && *r.SameRun }

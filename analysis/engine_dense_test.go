@@ -17,7 +17,7 @@ func allocatedBlocks(e *engine) map[uint64]liveBlk {
 	e.eachLive(func(addr uint64, b *liveBlk) {
 		if !b.pending {
 			c := *b
-			c.freeReqIdx, c.freeReqUS = 0, 0
+			c.freeReqIdx = 0
 			out[addr] = c
 		}
 	})
@@ -58,8 +58,9 @@ func randomTrace(seed uint64, n int) *snapshot.Snapshot {
 }
 
 // TestDenseEngineMatchesMapEngine: the dense engine (slots by trace index) leaves exactly the
-// live blocks, counters and segments the map engine does, at every point; and allocatedAt
-// gives the allocated blocks a replay up to that point leaves, without replaying.
+// live blocks, counters and segments the map engine does, at every point; and allocatedAt and
+// allocatedBefore (back from the end, for points in the second half) give the allocated blocks
+// a replay up to that point leaves, without replaying.
 func TestDenseEngineMatchesMapEngine(t *testing.T) {
 	snaps := map[string]*snapshot.Snapshot{}
 	for s := range uint64(20) {
@@ -79,6 +80,10 @@ func TestDenseEngineMatchesMapEngine(t *testing.T) {
 			seed := newEngineSeed(snap, dev)
 			m, d := newEngine(snap, dev), seed.engine(true)
 			n := len(m.evs)
+			end := seed.engine(true)
+			if err := end.run(context.Background(), n); err != nil {
+				t.Fatal(err)
+			}
 			points := map[int]bool{-1: true, 0: true, n / 3: true, n / 2: true, n - 1: true}
 			for i := -1; i < n; i++ {
 				if i >= 0 {
@@ -99,6 +104,13 @@ func TestDenseEngineMatchesMapEngine(t *testing.T) {
 				}
 				if !reflect.DeepEqual(allocatedBlocks(at), allocatedBlocks(m)) {
 					t.Fatalf("%s device %d after event %d: allocatedAt differs from the replay", name, dev, i)
+				}
+				back, err := seed.allocatedBefore(context.Background(), end, i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if back.next != i+1 || !reflect.DeepEqual(allocatedBlocks(back), allocatedBlocks(m)) {
+					t.Fatalf("%s device %d after event %d: allocatedBefore differs from the replay", name, dev, i)
 				}
 			}
 			if m.consistent() != d.consistent() {

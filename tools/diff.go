@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -27,22 +28,11 @@ func diffTool(e *env) (server.ServerTool, error) {
 			if err != nil {
 				return nil, err
 			}
-			// Both files load at once (each load is mostly one core's work).
-			var (
-				after    *snapshot.Snapshot
-				v2       string
-				afterErr error
-				wg       sync.WaitGroup
-			)
-			wg.Go(func() { after, v2, afterErr = e.snapshotAt(ctx, in.After, "after") })
-			before, v1, err := e.snapshotAt(ctx, in.Before, "before")
-			wg.Wait()
+			snaps, versions, err := e.snapshotPair(ctx, [2]string{in.Before, in.After}, [2]string{"before", "after"})
 			if err != nil {
 				return nil, err
 			}
-			if afterErr != nil {
-				return nil, afterErr
-			}
+			before, after, v1, v2 := snaps[0], snaps[1], versions[0], versions[1]
 			limit := in.Limit
 			if limit <= 0 {
 				limit = 10
@@ -56,4 +46,79 @@ func diffTool(e *env) (server.ServerTool, error) {
 			}
 			return r, nil
 		})
+}
+
+// snapshotPair is snapshotAt for two files at once, each on its own goroutine (a load's decoder
+// is one core's work; where there are cores to spare the two overlap). A load that fails stops
+// the other, so that a bad small file does not wait for a large one, and the error returned is
+// about its file: the first's when both fail on their own, and never the cancellation that
+// one's failure caused in the other. The client's progress token gets the two loads' progress
+// added up, so that it only grows.
+func (e *env) snapshotPair(ctx context.Context, paths, fields [2]string) ([2]*snapshot.Snapshot, [2]string, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		snaps    [2]*snapshot.Snapshot
+		versions [2]string
+		errs     [2]error
+		wg       sync.WaitGroup
+	)
+	progress := pairProgress(ctx)
+	for i := range paths {
+		wg.Go(func() {
+			c := lctx
+			if progress != nil {
+				c = context.WithValue(lctx, progressKey{}, func(done, total int64) { progress(i, done, total) })
+			}
+			if snaps[i], versions[i], errs[i] = e.snapshotAt(c, paths[i], fields[i]); errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	// stopped: the other load's failure ended this one (the call's context is still live).
+	stopped := func(err error) bool { return ctx.Err() == nil && errors.Is(err, context.Canceled) }
+	for _, own := range []bool{true, false} {
+		for _, err := range errs {
+			if err != nil && (!own || !stopped(err)) {
+				return [2]*snapshot.Snapshot{}, [2]string{}, err
+			}
+		}
+	}
+	return snaps, versions, nil
+}
+
+// pairProgress adds up the progress of two loads for the call's progress reporter (nil
+// without one): it reports only when the sum grows, with a total once every load that
+// reports has one.
+func pairProgress(ctx context.Context) func(i int, done, total int64) {
+	report, _ := ctx.Value(progressKey{}).(func(int64, int64))
+	if report == nil {
+		return nil
+	}
+	var (
+		mu          sync.Mutex
+		done, total [2]int64
+		seen        [2]bool
+		last        int64 = -1
+	)
+	return func(i int, d, t int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		done[i], total[i], seen[i] = d, t, true
+		sum := done[0] + done[1]
+		if sum <= last {
+			return
+		}
+		last = sum
+		var all int64
+		for k := range seen {
+			if seen[k] && total[k] <= 0 {
+				all = 0
+				break
+			}
+			all += total[k]
+		}
+		report(sum, all)
+	}
 }

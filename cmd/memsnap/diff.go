@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -40,21 +42,13 @@ growth.`,
 			if args[0] == "-" && args[1] == "-" {
 				return fmt.Errorf("diff: only one of BEFORE and AFTER can be standard input")
 			}
-			// Both files load at once: each load is mostly one core's work.
-			var (
-				after    *snapshot.Snapshot
-				afterErr error
-				wg       sync.WaitGroup
-			)
-			wg.Go(func() { after, afterErr = loadSnapshot(c.Context(), args[1], lo) })
-			before, err := loadSnapshot(c.Context(), args[0], lo)
-			wg.Wait()
+			snaps, err := loadPair(c.Context(), [2]string{args[0], args[1]}, func(ctx context.Context, path string) (*snapshot.Snapshot, error) {
+				return loadSnapshot(ctx, path, lo)
+			})
 			if err != nil {
 				return err
 			}
-			if afterErr != nil {
-				return afterErr
-			}
+			before, after := snaps[0], snaps[1]
 			if !c.Flags().Changed("device") {
 				opt.Device = analysis.AllDevices
 			}
@@ -72,4 +66,40 @@ growth.`,
 	c.Flags().IntVar(&opt.Device, "device", 0, "only this CUDA device (default: all)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
 	return c
+}
+
+// loadPair loads two files at once, each on its own goroutine (a load's decoder is one core's
+// work; where there are cores to spare the two overlap). A load that fails stops the other, so
+// that a bad small file does not wait for a large one, and the error returned names its file:
+// the first file's when both fail on their own, and never the cancellation that one's failure
+// caused in the other.
+func loadPair(ctx context.Context, paths [2]string, load func(context.Context, string) (*snapshot.Snapshot, error)) ([2]*snapshot.Snapshot, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		snaps [2]*snapshot.Snapshot
+		errs  [2]error
+		wg    sync.WaitGroup
+	)
+	for i := range paths {
+		wg.Go(func() {
+			if snaps[i], errs[i] = load(lctx, paths[i]); errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	// stopped: the other load's failure ended this one (the caller's context is still live).
+	stopped := func(err error) bool { return ctx.Err() == nil && errors.Is(err, context.Canceled) }
+	for _, own := range []bool{true, false} {
+		for i, err := range errs {
+			if err != nil && (!own || !stopped(err)) {
+				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					err = fmt.Errorf("%s: %w", paths[i], err) // the loader's bare context error
+				}
+				return [2]*snapshot.Snapshot{}, err
+			}
+		}
+	}
+	return snaps, nil
 }

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // TestDiffCommand: the CLI carries the run verdict, the swap, peaks and roles, in text and JSON.
@@ -99,5 +104,82 @@ func TestDiffCommandRealPair(t *testing.T) {
 		if strings.Contains(out, bad) {
 			t.Errorf("output names %s:\n%s", bad, out)
 		}
+	}
+}
+
+// TestDiffLoadErrorNamesFile: diff loads both files at once; when one is bad, the error names
+// that one, whichever side it is on.
+func TestDiffLoadErrorNamesFile(t *testing.T) {
+	good := filepath.Join(scenarios, "growing_container_step5.pickle")
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	truncated, garbage := filepath.Join(dir, "truncated.pickle"), filepath.Join(dir, "garbage.pickle")
+	if err := os.WriteFile(truncated, data[:len(data)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(garbage, []byte("not a snapshot\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pickle")
+	for _, bad := range []string{truncated, garbage, missing} {
+		for _, args := range [][]string{{good, bad}, {bad, good}} {
+			_, err := run(t, "diff", args[0], args[1])
+			if err == nil || !strings.Contains(err.Error(), bad) || strings.Contains(err.Error(), good) {
+				t.Errorf("diff %s %s: error %v, want one naming %s", args[0], args[1], err, bad)
+			}
+		}
+	}
+}
+
+// TestLoadPair: a failing load stops the other at once and its error is the one returned,
+// whichever side it is on; two failures of their own give the first; a cancelled caller gets
+// its cancellation, with the file named.
+func TestLoadPair(t *testing.T) {
+	errBad := errors.New("bad.pickle: corrupt pickle")
+	load := func(ctx context.Context, path string) (*snapshot.Snapshot, error) {
+		switch path {
+		case "bad", "bad2":
+			return nil, fmt.Errorf("%s: %w", path, errBad)
+		case "slow": // a large file: done only when stopped
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return &snapshot.Snapshot{Path: path}, nil
+	}
+	for _, tc := range []struct {
+		paths [2]string
+		want  string
+	}{
+		{[2]string{"slow", "bad"}, "bad: "},
+		{[2]string{"bad", "slow"}, "bad: "},
+		{[2]string{"bad", "bad2"}, "bad: "},
+		{[2]string{"good", "bad2"}, "bad2: "},
+	} {
+		done := make(chan struct{})
+		var err error
+		go func() {
+			defer close(done)
+			_, err = loadPair(context.Background(), tc.paths, load)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v: the failing load did not stop the other", tc.paths)
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !errors.Is(err, errBad) {
+			t.Errorf("%v: error %v, want %q…", tc.paths, err, tc.want)
+		}
+	}
+	snaps, err := loadPair(context.Background(), [2]string{"a", "b"}, load)
+	if err != nil || snaps[0].Path != "a" || snaps[1].Path != "b" {
+		t.Errorf("two good files: %v %v", snaps, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := loadPair(ctx, [2]string{"slow", "slow"}, load); !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "slow: ") {
+		t.Errorf("cancelled: error %v", err)
 	}
 }
