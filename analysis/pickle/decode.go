@@ -274,6 +274,7 @@ type decoder struct {
 	open       int
 	redo       bool
 	fastEvents int64
+	made       [maxFastPairs]madeValue // fastEvent's scratch
 	// The trace lists' indexer (Options.Index): the lists it follows and, once the decode
 	// ended, what it built.
 	pipe    *indexPipe

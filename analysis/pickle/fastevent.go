@@ -48,7 +48,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 	var ref extraRef
 	// The values the dict makes, in input order: each takes the next memo slot (strings only
 	// when MEMOIZE follows them). News strings get the next string indexes, from base.
-	var made [maxFastPairs]madeValue
+	made := &d.made // scratch: entries are written before they are read
 	nm, newStrs, base := 0, 0, uint64(len(d.strs))
 	n, action := 0, false
 	// The frames list whose run the cache lacks: where its run starts, how long it is.
@@ -122,7 +122,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			if p+2+w+1+16 > len(buf) {
 				return -1
 			}
-			mv := madeValue{str: true, off: p + 2, n: w}
+			mv := madeValue{str: true, off: p + 2, n: int32(w)}
 			v = val{k: kStr, x: base + uint64(newStrs)}
 			newStrs++
 			p += 2 + w
@@ -168,7 +168,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			action = true
 			if v.x >= base {
 				mv := made[nm-1]
-				ev.Action = snapshot.ParseAction(unsafe.String(&buf[mv.off], mv.n))
+				ev.Action = snapshot.ParseAction(unsafe.String(&buf[mv.off], int(mv.n)))
 			} else {
 				ev.Action = d.action(v)
 			}
@@ -257,7 +257,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 	for _, mv := range made[:nm] {
 		switch {
 		case mv.str:
-			s := d.newStr(kStr, string(buf[mv.off:mv.off+mv.n]))
+			s := d.newStr(kStr, string(buf[mv.off:mv.off+int(mv.n)]))
 			if mv.memo {
 				d.memo.set(d.memo.n, s)
 			}
@@ -295,10 +295,11 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 // madeValue is a value a trace event dict makes as it is read: a new string (its bytes in
 // the input, and whether MEMOIZE follows) or a frames list's stack.
 type madeValue struct {
-	str    bool
-	memo   bool
-	off, n int
-	stack  snapshot.StackID
+	off   int
+	n     int32
+	stack snapshot.StackID
+	str   bool
+	memo  bool
 }
 
 // missStack stands for the stack of a run fastEvent interns at its commit.
