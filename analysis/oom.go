@@ -148,7 +148,7 @@ func isStateEvent(a snapshot.Action) bool {
 // finalFreeState reads the state from the file's segments of device dev.
 func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, stream uint64, limit int) freeState {
 	var fs freeState
-	m := map[string]*OOMSite{}
+	rows := newOOMRows(snap)
 	for si := range snap.Segments {
 		s := &snap.Segments[si]
 		if s.Device != dev {
@@ -164,7 +164,7 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 			switch b.State {
 			case snapshot.StateActiveAllocated:
 				at, idx := roles.BlockInfo(dev, b)
-				addSite(m, at, b.Address, b.Size, b.Stack, idx)
+				rows.add(at, b.Address, b.Size, b.Stack, idx)
 			case snapshot.StateInactive:
 				fs.largestAny = max(fs.largestAny, b.Size)
 				if segSmall == small && s.Stream == stream {
@@ -176,16 +176,48 @@ func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, 
 			}
 		}
 	}
-	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, m, limit)
+	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, rows.m, limit)
 	return fs
 }
 
-func addSite(m map[string]*OOMSite, at Attribution, addr uint64, size int64, stack snapshot.StackID, allocIdx int) {
-	k := at.rowKey() // one row per role: a site can hold activations and a workspace
-	s := m[k]
-	if s == nil {
-		s = &OOMSite{SiteIdentity: at.SiteIdentity, Category: at.Category, sizes: sizeHist{}}
-		m[k] = s
+// oomRows groups live blocks into rows by rowKey: one row per role, since a site can hold
+// activations and a workspace. Blocks of one stack mostly fall in the same row, so each
+// stack's last row is kept (last, by stack id + 1) and the key is built only when a block's
+// site or role differs from it: building it (strings and a number formatted) per block is most
+// of the cost of a state with many blocks.
+type oomRows struct {
+	m    map[string]*OOMSite
+	last []oomStackRow
+}
+
+type oomStackRow struct {
+	id  SiteIdentity
+	cat string // the category as rowKey counts it
+	row *OOMSite
+}
+
+func newOOMRows(snap *snapshot.Snapshot) *oomRows {
+	return &oomRows{m: map[string]*OOMSite{}, last: make([]oomStackRow, len(snap.Stacks)+1)}
+}
+
+func (r *oomRows) add(at Attribution, addr uint64, size int64, stack snapshot.StackID, allocIdx int) {
+	cat := at.Category
+	if cat == CategoryUserContainer {
+		cat = CategoryOther // as rowKey
+	}
+	var s *OOMSite
+	k := int(stack) + 1
+	if k >= 0 && k < len(r.last) && r.last[k].row != nil && r.last[k].cat == cat && r.last[k].id == at.SiteIdentity {
+		s = r.last[k].row
+	} else {
+		key := at.rowKey()
+		if s = r.m[key]; s == nil {
+			s = &OOMSite{SiteIdentity: at.SiteIdentity, Category: at.Category, sizes: sizeHist{}}
+			r.m[key] = s
+		}
+		if k >= 0 && k < len(r.last) {
+			r.last[k] = oomStackRow{at.SiteIdentity, cat, s}
+		}
 	}
 	if allocIdx >= 0 {
 		s.allocs = append(s.allocs, allocIdx)
@@ -337,7 +369,7 @@ func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64
 			fs.largestSame = max(fs.largestSame, largest)
 		}
 	}
-	m := map[string]*OOMSite{}
+	rows := newOOMRows(roles.snap)
 	for _, sp := range spans {
 		size := int64(sp.end - sp.addr)
 		fs.active += size
@@ -346,9 +378,9 @@ func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64
 		}
 		fs.allocated += size
 		at := roles.Live(dev, sp.b.stack, sp.addr, size, sp.b.allocIdx, e.next-1)
-		addSite(m, at, sp.addr, size, sp.b.stack, sp.b.allocIdx)
+		rows.add(at, sp.addr, size, sp.b.stack, sp.b.allocIdx)
 	}
-	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, m, limit)
+	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, rows.m, limit)
 	return fs
 }
 
@@ -360,6 +392,12 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 	if opt.Limit <= 0 {
 		opt.Limit = 10
 	}
+	// The expandable-segments replays are most of the work: they start first and run beside
+	// the rest of the report, which waits for them only where it cites them. Returning stops
+	// them and waits, so that nothing outlives the call.
+	ctx, cancel := context.WithCancel(ctx)
+	whatIfs := startOOMWhatIfs(ctx, snap)
+	defer whatIfs.stop(cancel)
 	roles, err := NewRoles(snap, opt.Attribution)
 	if err != nil {
 		return nil, fmt.Errorf("oom: %w", err)
@@ -372,19 +410,20 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		}
 		lastState := -1
 		var ooms []int
-		for i, ev := range evs {
-			if isStateEvent(ev.Action) {
-				lastState = i
-			}
-			if ev.Action == snapshot.ActionOOM {
+		mapped := false // a segment_map or segment_unmap: expandable segments (as usesExpandableState)
+		for i := range evs {
+			switch a := evs[i].Action; {
+			case a == snapshot.ActionOOM:
 				ooms = append(ooms, i)
+			case isStateEvent(a):
+				lastState = i
+				mapped = mapped || a == snapshot.ActionSegmentMap || a == snapshot.ActionSegmentUnmap
 			}
 		}
 		if len(ooms) == 0 {
 			continue
 		}
-		expandable := usesExpandable(snap, dev)
-		whatIfs := expandableWhatIf(ctx, snap, dev)
+		expandable := mapped || usesExpandableState(snap, dev)
 		var e *engine
 		for _, idx := range ooms {
 			ev := evs[idx]
@@ -432,7 +471,11 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 			o.Workload, _ = roles.Workload(dev)
 			o.HasBackward = roles.HasBackward(dev)
 			judge(&o, opt, fs, roles, snap)
-			applyOOMWhatIf(&o, whatIfs[idx])
+			w, err := whatIfs.get(dev)
+			if err != nil {
+				return nil, fmt.Errorf("oom: expandable segments what-if: %w", err)
+			}
+			applyOOMWhatIf(&o, w[idx])
 			r.OOMs = append(r.OOMs, o)
 		}
 	}
@@ -453,22 +496,71 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 	return r, nil
 }
 
-// usesExpandable reports whether device dev uses expandable segments (settings, segments or
-// segment_map events say so).
-func usesExpandable(snap *snapshot.Snapshot, dev int) bool {
+// oomWhatIfs are the expandable-segments replays of every device with an oom event
+// (expandableWhatIf), computed one device after the other, in device order, on a goroutine of
+// their own (each device's two replays then run side by side): at most two replays hold their
+// memory at once.
+type oomWhatIfs struct {
+	ready []chan struct{} // closed when the device's answer is in
+	out   []map[int]*OOMWhatIf
+	err   []error
+	done  chan struct{}
+}
+
+func startOOMWhatIfs(ctx context.Context, snap *snapshot.Snapshot) *oomWhatIfs {
+	n := len(snap.DeviceTraces)
+	w := &oomWhatIfs{ready: make([]chan struct{}, n), out: make([]map[int]*OOMWhatIf, n), err: make([]error, n), done: make(chan struct{})}
+	for d := range w.ready {
+		w.ready[d] = make(chan struct{})
+	}
+	go func() {
+		defer close(w.done)
+		for dev, evs := range snap.DeviceTraces {
+			if hasOOM(evs) {
+				if err := ctx.Err(); err != nil {
+					w.err[dev] = err
+				} else {
+					w.out[dev], w.err[dev] = expandableWhatIf(ctx, snap, dev)
+				}
+			}
+			close(w.ready[dev])
+		}
+	}()
+	return w
+}
+
+// get waits for device dev's replays: the result per oom event index (nil: none).
+func (w *oomWhatIfs) get(dev int) (map[int]*OOMWhatIf, error) {
+	<-w.ready[dev]
+	return w.out[dev], w.err[dev]
+}
+
+// stop cancels the replays still running and waits for them.
+func (w *oomWhatIfs) stop(cancel context.CancelFunc) {
+	cancel()
+	<-w.done
+}
+
+// hasOOM reports whether the trace holds an oom event. It looks from the end, where a program
+// that runs out of memory usually stops.
+func hasOOM(evs []snapshot.Event) bool {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Action == snapshot.ActionOOM {
+			return true
+		}
+	}
+	return false
+}
+
+// usesExpandableState reports whether the settings or the segments of device dev say it uses
+// expandable segments (so do segment_map and segment_unmap events in its trace).
+func usesExpandableState(snap *snapshot.Snapshot, dev int) bool {
 	if snap.Settings.ExpandableSegments {
 		return true
 	}
 	for si := range snap.Segments {
 		if snap.Segments[si].Device == dev && snap.Segments[si].IsExpandable {
 			return true
-		}
-	}
-	if dev >= 0 && dev < len(snap.DeviceTraces) {
-		for _, ev := range snap.DeviceTraces[dev] {
-			if ev.Action == snapshot.ActionSegmentMap || ev.Action == snapshot.ActionSegmentUnmap {
-				return true
-			}
 		}
 	}
 	return false

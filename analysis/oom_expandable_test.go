@@ -2,9 +2,11 @@ package analysis
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/memsnap/memsnap/analysis/allocator"
 	"github.com/memsnap/memsnap/analysis/sim"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -91,5 +93,32 @@ func TestOOMExpandable(t *testing.T) {
 	r, err := OOMReport(context.Background(), snap, OOMOptions{})
 	if err != nil || r.OOMs[0].Expandable || r.OOMs[0].LargestFreeBlockUnknown || strings.Contains(r.Text(), "expandable segments:") {
 		t.Errorf("plain OOM: %v %+v", err, r.OOMs)
+	}
+}
+
+// TestOOMWhatIfCancel: the expandable-segments replays run on goroutines of their own; a
+// cancelled context stops them and the report fails with the context's error.
+func TestOOMWhatIfCancel(t *testing.T) {
+	snap := whatIfFixture(t, "fragmentation_oom.pickle")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := OOMReport(ctx, snap, OOMOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	// Uncancelled, the same file gets its what-if (the replays ran side by side).
+	r, err := OOMReport(context.Background(), snap, OOMOptions{})
+	if err != nil || len(r.OOMs) != 1 || r.OOMs[0].ExpandableWhatIf == nil {
+		t.Fatalf("%v %+v", err, r)
+	}
+}
+
+// TestOOMWhatIfPanic: a panic of the model on a replay's goroutine becomes an error
+// (errModel) instead of ending the process.
+func TestOOMWhatIfPanic(t *testing.T) {
+	if _, err := runRecovered(context.Background(), nil, allocator.RunOptions{}); !errors.Is(err, errModel) {
+		t.Errorf("replay: %v", err)
+	}
+	if _, err := expandableWhatIf(context.Background(), nil, 0); !errors.Is(err, errModel) {
+		t.Errorf("what-if: %v", err)
 	}
 }

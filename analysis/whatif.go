@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -680,34 +681,64 @@ type OOMWhatIf struct {
 // expandableWhatIf replays device dev's trace with expandable segments on (and with the file's
 // own settings, to check the replay) at the capacity of its first OOM. It returns the result
 // per oom event index, or nil when the file already uses expandable segments or the replay
-// cannot run.
-func expandableWhatIf(ctx context.Context, snap *snapshot.Snapshot, dev int) map[int]*OOMWhatIf {
+// cannot run. Its error is only ctx's, or a panic of the model (errModel): the OOM report then
+// fails as a bare panic would have made it, instead of quietly leaving the replay out.
+//
+// The two replays are independent and run on two goroutines (OOMReport leaves a core idle
+// otherwise); the what-if stops after the last oom event, the only outcomes it reports.
+func expandableWhatIf(ctx context.Context, snap *snapshot.Snapshot, dev int) (out map[int]*OOMWhatIf, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, fmt.Errorf("%w: %v", errModel, p)
+		}
+	}()
 	base := allocator.FromSnapshot(snap.Settings)
 	if base.ExpandableSegments {
-		return nil
+		return nil, nil
 	}
 	t, err := allocator.NewTrace(snap, dev, base)
 	if err != nil || len(t.OOMs) == 0 {
-		return nil
+		return nil, nil
 	}
 	c, _, _ := whatIfCapacity(t, 0)
 	what := base
 	what.ExpandableSegments = true
-	br, err := t.Run(ctx, allocator.RunOptions{Settings: base, Capacity: c, Baseline: true})
-	if err != nil {
-		return nil
+	// A failed replay (a start state the model cannot install) stops the other at once: the
+	// answer needs both.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		r   *allocator.RunResult
+		err error
 	}
-	wr, err := t.Run(ctx, allocator.RunOptions{Settings: what, Capacity: c})
-	if err != nil {
-		return nil
+	done := make(chan result, 1)
+	go func() {
+		r, err := runRecovered(rctx, t, allocator.RunOptions{Settings: base, Capacity: c, Baseline: true})
+		if err != nil {
+			cancel()
+		}
+		done <- result{r, err}
+	}()
+	wr, werr := runRecovered(rctx, t, allocator.RunOptions{Settings: what, Capacity: c, Events: t.OOMs[len(t.OOMs)-1] + 1})
+	if werr != nil {
+		cancel()
 	}
-	d := whatIfDevice(t, c, "oom_event", nil, br, wr, what, base)
-	out := map[int]*OOMWhatIf{}
+	b := <-done
+	for _, e := range []error{werr, b.err} {
+		if errors.Is(e, errModel) {
+			return nil, e
+		}
+	}
+	if werr != nil || b.err != nil {
+		return nil, ctx.Err()
+	}
+	d := whatIfDevice(t, c, "oom_event", nil, b.r, wr, what, base)
+	out = map[int]*OOMWhatIf{}
 	for _, o := range d.OOMs {
 		out[o.EventIndex] = &OOMWhatIf{Setting: "expandable_segments:True", Avoided: o.WhatIfFits, HeadroomBytes: o.HeadroomBytes,
 			BaselineReproduced: !o.BaselineFits, Exact: d.Fidelity.Exact, CapacityBytes: c, Start: t.Start}
 	}
-	return out
+	return out, nil
 }
 
 // applyOOMWhatIf attaches the expandable-segments replay to an OOM and cites it in the verdict.
@@ -742,12 +773,16 @@ func applyOOMWhatIf(o *OOMEvent, w *OOMWhatIf) {
 	}
 }
 
+// errModel marks a panic of the allocator model turned into an error.
+var errModel = errors.New("internal error in the allocator model (please report it)")
+
 // runRecovered runs one replay on a worker goroutine, where a panic (a model bug on an unusual
-// trace) would otherwise end the whole process, the MCP server included: it becomes an error.
+// trace) would otherwise end the whole process, the MCP server included: it becomes an error
+// (errModel).
 func runRecovered(ctx context.Context, t *allocator.Trace, ro allocator.RunOptions) (r *allocator.RunResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r, err = nil, fmt.Errorf("internal error in the allocator model (please report it): %v", p)
+			r, err = nil, fmt.Errorf("%w: %v", errModel, p)
 		}
 	}()
 	return t.Run(ctx, ro)

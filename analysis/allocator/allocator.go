@@ -61,22 +61,24 @@ type Config struct {
 
 // Block is a block of a segment: allocated, awaiting its free_completed (pending), cached
 // free, or (expandable segments) an unmapped range.
+//
+// A replay touches a block or two of a large working set per event, so a block is kept to one
+// 64-byte cache line: its pool and stream are its segment's, the streams of RecordStream live
+// in the allocator (Allocator.uses), and the pending list is a slice (Allocator.pend).
 type Block struct {
 	addr      uint64
 	size      int64
-	requested int64
-	stream    uint64
-	pool      *pool
-	seg       *segment
 	prev      *Block
 	next      *Block
+	seg       *segment
+	requested int64
+	// gcBase is the pool's getFree when the block was cached (garbage collection only).
+	gcBase int64
+	// pend is the block's index in Allocator.pend while it is pending.
+	pend      int32
 	allocated bool
 	pending   bool
 	mapped    bool
-	gcBase    int64
-	uses      []uint64 // streams recorded with RecordStream
-	// pending list links (completion order)
-	pprev, pnext *Block
 }
 
 // Addr is the block's address.
@@ -90,7 +92,7 @@ func (b *Block) Size() int64 { return b.size }
 func (b *Block) Requested() int64 { return b.requested }
 
 // Stream is the stream the block belongs to.
-func (b *Block) Stream() uint64 { return b.stream }
+func (b *Block) Stream() uint64 { return b.seg.stream }
 
 // State is the block's state as a snapshot writes it.
 func (b *Block) State() snapshot.BlockState {
@@ -123,6 +125,7 @@ type segment struct {
 	size   int64 // cudaMalloc size, or the reserved virtual range of an expandable segment
 	stream uint64
 	pool   *pool
+	free   *blockSet // pool.free[stream]: where the segment's cached blocks go
 	head   *Block
 	page   int64 // expandable segments: the page size mapped at once; 0 otherwise
 }
@@ -145,8 +148,6 @@ type Allocator struct {
 	set       Settings
 	pools     map[snapshot.PoolID]*[2]*pool // [0] large, [1] small
 	segs      map[uint64]*segment
-	phead     *Block // pending frees, oldest first
-	ptail     *Block
 	reserved  int64
 	allocated int64
 	active    int64
@@ -154,6 +155,24 @@ type Allocator struct {
 	need      int64 // bytes the last failed cudaMalloc / map asked for
 	stats     Stats
 	gcOn      bool
+	// pend holds the pending frees in the order they were requested, nil where one completed
+	// since; npend counts the others.
+	pend  []*Block
+	npend int
+	// uses are the streams recorded with RecordStream, by block (rare: kept off the blocks).
+	uses map[*Block][]uint64
+	// def is pools[DefaultPool] once made: most requests use it.
+	def *[2]*pool
+	// onSegment, when set, receives the segment_alloc and segment_map events only (a baseline
+	// replay records them; OnEvent would be called for every request as well).
+	onSegment func(Event)
+	// recycle: blocks that merges leave dead go to spare and make the next new blocks, which
+	// then stay in a compact, cache-warm set of memory instead of new heap memory each time.
+	// Only for a caller that never uses a block after it became free (Trace.Run); it stops
+	// for good when the allocator completes pending frees on its own (syncPending), since the
+	// caller may still hold those blocks.
+	recycle bool
+	spare   []*Block
 }
 
 // New returns an empty allocator.
@@ -198,14 +217,28 @@ func (a *Allocator) emit(ev Event) {
 	}
 }
 
+// emitSegment emits a segment_alloc or segment_map event (to onSegment as well).
+func (a *Allocator) emitSegment(ev Event) {
+	if a.onSegment != nil {
+		a.onSegment(ev)
+	}
+	a.emit(ev)
+}
+
 func (a *Allocator) pool(id snapshot.PoolID, small bool) *pool {
-	pp := a.pools[id]
+	pp := a.def
+	if pp == nil || id != DefaultPool {
+		pp = a.pools[id]
+	}
 	if pp == nil {
 		pp = &[2]*pool{
 			{id: id, free: map[uint64]*blockSet{}, unmapped: map[uint64][]*Block{}},
 			{id: id, small: true, free: map[uint64]*blockSet{}, unmapped: map[uint64][]*Block{}},
 		}
 		a.pools[id] = pp
+		if id == DefaultPool {
+			a.def = pp
+		}
 	}
 	if small {
 		return pp[1]
@@ -223,24 +256,32 @@ func (a *Allocator) MarkPoolFreeable(id snapshot.PoolID) {
 	a.pool(id, true).freeable = true
 }
 
-func (a *Allocator) insertFree(b *Block) {
-	p := b.pool
-	s := p.free[b.stream]
+// newSegment makes a segment and gives it its pool's free set for the stream (made empty if
+// need be: an empty set and none answer alike).
+func newSegment(addr uint64, size int64, stream uint64, p *pool, page int64) *segment {
+	s := p.free[stream]
 	if s == nil {
 		s = &blockSet{}
-		p.free[b.stream] = s
+		p.free[stream] = s
 	}
-	b.gcBase = p.getFree
-	s.insert(b)
+	return &segment{addr: addr, size: size, stream: stream, pool: p, free: s, page: page}
+}
+
+func (a *Allocator) insertFree(b *Block) {
+	if a.gcOn {
+		// Only the garbage collector reads it (getFree stays 0 without it).
+		b.gcBase = b.seg.pool.getFree
+	}
+	b.seg.free.insert(b)
 }
 
 func (a *Allocator) removeFree(b *Block) bool {
-	s := b.pool.free[b.stream]
-	return s != nil && s.remove(b)
+	return b.seg.free.remove(b)
 }
 
 func (a *Allocator) insertUnmapped(b *Block) {
-	l := b.pool.unmapped[b.stream]
+	p, st := b.seg.pool, b.seg.stream
+	l := p.unmapped[st]
 	i, _ := slices.BinarySearchFunc(l, b.addr, func(x *Block, t uint64) int {
 		switch {
 		case x.addr < t:
@@ -250,16 +291,17 @@ func (a *Allocator) insertUnmapped(b *Block) {
 		}
 		return 0
 	})
-	b.pool.unmapped[b.stream] = slices.Insert(l, i, b)
+	p.unmapped[st] = slices.Insert(l, i, b)
 }
 
 func (a *Allocator) removeUnmapped(b *Block) bool {
-	l := b.pool.unmapped[b.stream]
+	p, st := b.seg.pool, b.seg.stream
+	l := p.unmapped[st]
 	i := slices.Index(l, b)
 	if i < 0 {
 		return false
 	}
-	b.pool.unmapped[b.stream] = slices.Delete(l, i, i+1)
+	p.unmapped[st] = slices.Delete(l, i, i+1)
 	return true
 }
 
@@ -289,7 +331,11 @@ func (a *Allocator) Malloc(size int64, stream uint64, poolID snapshot.PoolID) (*
 	rs := a.set.RoundSize(size)
 	p := a.pool(poolID, rs <= SmallSize)
 	allocSize := AllocationSize(rs)
-	b := a.getFreeBlock(p, stream, rs)
+	b, at, exact := a.getFreeBlock(p, stream, rs)
+	hint := &at
+	if b == nil || !exact {
+		hint = nil
+	}
 	if b == nil {
 		if a.gcOn {
 			a.garbageCollect()
@@ -308,24 +354,27 @@ func (a *Allocator) Malloc(size int64, stream uint64, poolID snapshot.PoolID) (*
 			return nil, &OOMError{Requested: rs, Need: a.need, Reserved: a.reserved, Allocated: a.allocated, Capacity: a.cfg.Capacity}
 		}
 	}
-	b = a.allocFound(b, size, rs, a.shouldSplit(b, rs))
+	b = a.allocFound(b, size, rs, a.shouldSplit(b, rs), hint)
 	return b, nil
 }
 
 // shouldSplit is should_split.
 func (a *Allocator) shouldSplit(b *Block, size int64) bool {
 	rem := b.size - size
-	if b.pool.small || a.set.ExpandableSegments {
+	if b.seg.pool.small || a.set.ExpandableSegments {
 		return rem >= MinBlockSize
 	}
 	return (a.set.MaxSplitSize <= 0 || size < a.set.MaxSplitSize) && rem > SmallSize
 }
 
-// allocFound is alloc_found_block: split b when asked, hand out the front part.
-func (a *Allocator) allocFound(b *Block, orig, size int64, split bool) *Block {
+// allocFound is alloc_found_block: split b when asked, hand out the front part. hint, when
+// set, is where b was in its free set, found as the first block of size or more: the rest of
+// a split at least that large goes back there (every block before it is smaller than size,
+// every block after it larger than b), without a search.
+func (a *Allocator) allocFound(b *Block, orig, size int64, split bool, hint *pos) *Block {
 	if split {
 		rem := b
-		nb := &Block{addr: rem.addr, size: size, stream: rem.stream, pool: rem.pool, seg: rem.seg, mapped: true}
+		nb := a.newBlock(rem.addr, size, rem.seg, true)
 		nb.prev = rem.prev
 		if nb.prev != nil {
 			nb.prev.next = nb
@@ -336,7 +385,14 @@ func (a *Allocator) allocFound(b *Block, orig, size int64, split bool) *Block {
 		rem.prev = nb
 		rem.addr += uint64(size)
 		rem.size -= size
-		a.insertFree(rem)
+		if hint != nil && rem.size >= size {
+			if a.gcOn {
+				rem.gcBase = rem.seg.pool.getFree
+			}
+			rem.seg.free.insertAt(*hint, rem)
+		} else {
+			a.insertFree(rem)
+		}
 		b = nb
 	}
 	b.allocated = true
@@ -345,25 +401,30 @@ func (a *Allocator) allocFound(b *Block, orig, size int64, split bool) *Block {
 	a.active += b.size
 	a.stats.Mallocs++
 	a.stats.PeakAllocated = max(a.stats.PeakAllocated, a.allocated)
-	a.emit(Event{Action: snapshot.ActionAlloc, Addr: b.addr, Size: orig, Stream: b.stream, Block: b})
+	if a.cfg.OnEvent != nil {
+		a.emit(Event{Action: snapshot.ActionAlloc, Addr: b.addr, Size: orig, Stream: b.seg.stream, Block: b})
+	}
 	return b
 }
 
 // getFreeBlock is get_free_block: the smallest cached block of the pool and stream that fits,
-// lowest address on ties, within the max_split_size rules; removed from the pool.
-func (a *Allocator) getFreeBlock(p *pool, stream uint64, size int64) *Block {
+// lowest address on ties, within the max_split_size rules; removed from the pool. It returns
+// the block's place in the set, and whether that was the first block of size or more (the
+// search's answer, not a later block).
+func (a *Allocator) getFreeBlock(p *pool, stream uint64, size int64) (*Block, pos, bool) {
 	if a.gcOn {
 		p.getFree++
 	}
 	s := p.free[stream]
 	if s == nil {
-		return nil
+		return nil, pos{}, false
 	}
 	it := s.lowerBound(size, 0)
 	b := s.at(it)
 	if b == nil {
-		return nil
+		return nil, pos{}, false
 	}
+	first := it
 	if b.seg.page > 0 {
 		if a.set.ExpandableSegments {
 			// The free end of an expandable range counts as large as it could grow (the
@@ -389,20 +450,20 @@ func (a *Allocator) getFreeBlock(p *pool, stream uint64, size int64) *Block {
 				b = s.at(it)
 			}
 			if b == nil {
-				return nil
+				return nil, pos{}, false
 			}
 		}
 	}
 	if ms := a.set.MaxSplitSize; ms > 0 {
 		if size < ms && b.size >= ms {
-			return nil // do not split an oversize block for a smaller request
+			return nil, pos{}, false // do not split an oversize block for a smaller request
 		}
 		if size >= ms && b.size >= size+LargeBuffer {
-			return nil // an oversize request takes only a nearly exact block
+			return nil, pos{}, false // an oversize request takes only a nearly exact block
 		}
 	}
 	s.removeAt(it)
-	return b
+	return b, it, it == first
 }
 
 // allocBlock is alloc_block: a new segment (cudaMalloc), or pages mapped into an expandable
@@ -416,14 +477,14 @@ func (a *Allocator) allocBlock(p *pool, stream uint64, size, allocSize int64) *B
 		return nil
 	}
 	addr := a.segmentAddr(allocSize, stream, false)
-	seg := &segment{addr: addr, size: allocSize, stream: stream, pool: p}
-	b := &Block{addr: addr, size: allocSize, stream: stream, pool: p, seg: seg, mapped: true}
+	seg := newSegment(addr, allocSize, stream, p, 0)
+	b := a.newBlock(addr, allocSize, seg, true)
 	seg.head = b
 	a.segs[addr] = seg
 	a.reserved += allocSize
 	a.stats.SegmentAllocs++
 	a.stats.PeakReserved = max(a.stats.PeakReserved, a.reserved)
-	a.emit(Event{Action: snapshot.ActionSegmentAlloc, Addr: addr, Size: allocSize, Stream: stream})
+	a.emitSegment(Event{Action: snapshot.ActionSegmentAlloc, Addr: addr, Size: allocSize, Stream: stream})
 	return b
 }
 
@@ -458,7 +519,7 @@ func (a *Allocator) releaseAvailable(p *pool, stream uint64, size int64) bool {
 	}
 	var total int64
 	for total < key {
-		it, ok := s.last()
+		it, ok := s.lastPos()
 		if !ok {
 			break
 		}
@@ -550,9 +611,36 @@ func (a *Allocator) releaseBlocks(p *pool) {
 
 // syncPending completes every pending free (synchronize_and_free_events).
 func (a *Allocator) syncPending() {
-	for a.phead != nil {
-		a.Complete(a.phead)
+	if a.npend > 0 {
+		a.recycle, a.spare = false, nil
 	}
+	// Complete never reorders pend (it empties it after the last one).
+	for i := 0; i < len(a.pend); i++ {
+		if b := a.pend[i]; b != nil {
+			a.Complete(b)
+		}
+	}
+}
+
+// addPending puts b last in the pending list.
+func (a *Allocator) addPending(b *Block) {
+	if n := len(a.pend); n >= 64 && n >= 2*a.npend {
+		// Mostly completed ones: close the gaps, keeping the order.
+		k := 0
+		for _, p := range a.pend {
+			if p != nil {
+				p.pend = int32(k)
+				a.pend[k] = p
+				k++
+			}
+		}
+		clear(a.pend[k:])
+		a.pend = a.pend[:k]
+	}
+	b.pending = true
+	b.pend = int32(len(a.pend))
+	a.pend = append(a.pend, b)
+	a.npend++
 }
 
 // garbageCollect is garbage_collect_cached_blocks: above garbage_collection_threshold of the
@@ -605,8 +693,11 @@ func (a *Allocator) garbageCollect() {
 // RecordStream marks b as used on another stream (Tensor.record_stream): its free will wait
 // for that stream (pending until Complete).
 func (a *Allocator) RecordStream(b *Block, stream uint64) {
-	if stream != b.stream && !slices.Contains(b.uses, stream) {
-		b.uses = append(b.uses, stream)
+	if stream != b.seg.stream && !slices.Contains(a.uses[b], stream) {
+		if a.uses == nil {
+			a.uses = map[*Block][]uint64{}
+		}
+		a.uses[b] = append(a.uses[b], stream)
 	}
 }
 
@@ -616,7 +707,7 @@ func (a *Allocator) Free(b *Block) {
 	if !b.allocated {
 		return
 	}
-	if len(b.uses) > 0 {
+	if len(a.uses) > 0 && len(a.uses[b]) > 0 {
 		a.FreeRequested(b)
 		return
 	}
@@ -631,20 +722,26 @@ func (a *Allocator) FreeRequested(b *Block) {
 		return
 	}
 	a.request(b)
-	b.pending = true
-	b.pprev = a.ptail
-	if a.ptail != nil {
-		a.ptail.pnext = b
-	} else {
-		a.phead = b
+	a.addPending(b)
+}
+
+// release is FreeRequested then Complete (a replay's free_completed): a block still
+// allocated returns to the cache at once, without a stay in the pending list.
+func (a *Allocator) release(b *Block) {
+	if !b.allocated {
+		a.Complete(b)
+		return
 	}
-	a.ptail = b
+	a.request(b)
+	a.freeBlock(b)
 }
 
 func (a *Allocator) request(b *Block) {
 	b.allocated = false
 	a.allocated -= b.size
-	a.emit(Event{Action: snapshot.ActionFreeRequested, Addr: b.addr, Size: b.requested, Stream: b.stream, Block: b})
+	if a.cfg.OnEvent != nil {
+		a.emit(Event{Action: snapshot.ActionFreeRequested, Addr: b.addr, Size: b.requested, Stream: b.seg.stream, Block: b})
+	}
 }
 
 // Complete finishes a pending free (free_completed): the block returns to the cache. A block
@@ -654,25 +751,22 @@ func (a *Allocator) Complete(b *Block) {
 		return
 	}
 	b.pending = false
-	if b.pprev != nil {
-		b.pprev.pnext = b.pnext
-	} else {
-		a.phead = b.pnext
+	a.pend[b.pend] = nil
+	if a.npend--; a.npend == 0 {
+		a.pend = a.pend[:0]
 	}
-	if b.pnext != nil {
-		b.pnext.pprev = b.pprev
-	} else {
-		a.ptail = b.pprev
-	}
-	b.pprev, b.pnext = nil, nil
 	a.freeBlock(b)
 }
 
 // freeBlock is free_block: record free_completed, merge with free neighbours of the same
 // segment, return to the pool.
 func (a *Allocator) freeBlock(b *Block) {
-	a.emit(Event{Action: snapshot.ActionFreeCompleted, Addr: b.addr, Size: b.requested, Stream: b.stream, Block: b})
-	b.uses = nil
+	if a.cfg.OnEvent != nil {
+		a.emit(Event{Action: snapshot.ActionFreeCompleted, Addr: b.addr, Size: b.requested, Stream: b.seg.stream, Block: b})
+	}
+	if len(a.uses) > 0 {
+		delete(a.uses, b)
+	}
 	a.active -= b.size
 	a.tryMerge(b, b.prev)
 	a.tryMerge(b, b.next)
@@ -705,5 +799,20 @@ func (a *Allocator) tryMerge(dst, src *Block) int64 {
 		a.removeUnmapped(src)
 	}
 	dst.size += src.size
+	if a.recycle {
+		a.spare = append(a.spare, src)
+	}
 	return src.size
+}
+
+// newBlock makes a block (from spare when recycling).
+func (a *Allocator) newBlock(addr uint64, size int64, seg *segment, mapped bool) *Block {
+	if n := len(a.spare); n > 0 {
+		b := a.spare[n-1]
+		a.spare[n-1] = nil
+		a.spare = a.spare[:n-1]
+		*b = Block{addr: addr, size: size, seg: seg, mapped: mapped}
+		return b
+	}
+	return &Block{addr: addr, size: size, seg: seg, mapped: mapped}
 }

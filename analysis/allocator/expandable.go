@@ -84,8 +84,8 @@ func (a *Allocator) findExpandableBlock(p *pool, stream uint64, size int64) *Blo
 	page := pageSize(p.small)
 	n := a.addressSpace(page)
 	addr := a.segmentAddr(n, stream, true)
-	seg := &segment{addr: addr, size: n, stream: stream, pool: p, page: page}
-	c := &Block{addr: addr, size: n, stream: stream, pool: p, seg: seg}
+	seg := newSegment(addr, n, stream, p, page)
+	c := a.newBlock(addr, n, seg, false)
 	seg.head = c
 	a.segs[addr] = seg
 	a.insertUnmapped(c)
@@ -110,7 +110,7 @@ func (a *Allocator) mapBlock(b *Block, size int64) bool {
 	at := b.addr
 	b.mapped = true
 	if n < b.size {
-		rest := &Block{addr: b.addr + uint64(n), size: b.size - n, stream: b.stream, pool: b.pool, seg: seg}
+		rest := a.newBlock(b.addr+uint64(n), b.size-n, seg, false)
 		splice(rest, b, b.next)
 		a.insertUnmapped(rest)
 		b.size = n
@@ -121,7 +121,7 @@ func (a *Allocator) mapBlock(b *Block, size int64) bool {
 	a.reserved += n
 	a.stats.SegmentMaps++
 	a.stats.PeakReserved = max(a.stats.PeakReserved, a.reserved)
-	a.emit(Event{Action: snapshot.ActionSegmentMap, Addr: at, Size: n, Stream: b.stream})
+	a.emitSegment(Event{Action: snapshot.ActionSegmentMap, Addr: at, Size: n, Stream: seg.stream})
 	return true
 }
 
@@ -138,12 +138,12 @@ func (a *Allocator) unmapBlock(b *Block) {
 	}
 	a.removeFree(b)
 	if before := first - off; before > 0 {
-		bf := &Block{addr: b.addr, size: before, stream: b.stream, pool: b.pool, seg: seg, mapped: true}
+		bf := a.newBlock(b.addr, before, seg, true)
 		splice(bf, b.prev, b)
 		a.insertFree(bf)
 	}
 	if after := end - last; after > 0 {
-		af := &Block{addr: seg.addr + uint64(last), size: after, stream: b.stream, pool: b.pool, seg: seg, mapped: true}
+		af := a.newBlock(seg.addr+uint64(last), after, seg, true)
 		splice(af, b, b.next)
 		a.insertFree(af)
 	}
@@ -156,5 +156,5 @@ func (a *Allocator) unmapBlock(b *Block) {
 	a.insertUnmapped(b)
 	a.reserved -= n
 	a.stats.SegmentUnmaps++
-	a.emit(Event{Action: snapshot.ActionSegmentUnmap, Addr: at, Size: n, Stream: b.stream})
+	a.emit(Event{Action: snapshot.ActionSegmentUnmap, Addr: at, Size: n, Stream: seg.stream})
 }

@@ -1,24 +1,37 @@
 package allocator
 
+import "math/bits"
+
 // blockSet is an ordered set of free blocks of one pool and stream, sorted like PyTorch's
 // BlockComparatorSize within a stream: by size, then address. It is a list of sorted buckets
-// (square-root decomposition): insert, remove and lower_bound stay cheap with hundreds of
-// thousands of cached blocks, and iteration in order is a walk over the buckets. Entries keep
-// their keys inline so that searches do not chase block pointers.
+// (a two-level B-tree): insert, remove and lower_bound stay cheap with hundreds of thousands
+// of cached blocks, and iteration in order is a walk over the buckets. Entries keep their keys
+// inline so that searches do not chase block pointers, and the last key of every bucket is
+// kept apart (last) so that finding the bucket reads one small array instead of one cache line
+// per bucket probed. A replay does a set operation or two per event on a working set larger
+// than the caches: small buckets keep the entries an insert or a remove shifts to a few cache
+// lines.
 type blockSet struct {
 	buckets [][]entry
+	last    []key // last[i] is the key of buckets[i]'s last entry
 	n       int
+}
+
+// key is a block's position in the order: its size and address.
+type key struct {
+	size int64
+	addr uint64
 }
 
 // entry is one block with its key (the block's size and address when it was inserted; a
 // block's key does not change while it is in the set).
 type entry struct {
-	size int64
-	addr uint64
-	b    *Block
+	key
+	b *Block
 }
 
-const bucketMax = 512
+// bucketMax is the most entries a bucket holds before it splits in two.
+const bucketMax = 32
 
 // lessKey orders (size, address) keys.
 func lessKey(as int64, aa uint64, bs int64, ba uint64) bool {
@@ -36,30 +49,42 @@ type pos struct{ b, i int }
 
 // lowerBound returns the position of the first block with (size, addr) >= (size, addr).
 func (s *blockSet) lowerBound(size int64, addr uint64) pos {
-	lo, hi := 0, len(s.buckets)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		bk := s.buckets[m]
-		if e := &bk[len(bk)-1]; lessKey(e.size, e.addr, size, addr) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
+	b := searchKeys(s.last, size, addr)
+	if b == len(s.buckets) {
+		return pos{b, 0}
 	}
-	if lo == len(s.buckets) {
-		return pos{lo, 0}
+	// In the bucket, count the keys below: a scan of a few cache lines in a row, which the CPU
+	// loads together, where a binary search would wait for each line in turn.
+	i := 0
+	for k := range s.buckets[b] {
+		i += keyBelow(&s.buckets[b][k].key, size, addr)
 	}
-	bk := s.buckets[lo]
-	i, j := 0, len(bk)
-	for i < j {
-		m := int(uint(i+j) >> 1)
-		if e := &bk[m]; lessKey(e.size, e.addr, size, addr) {
-			i = m + 1
-		} else {
-			j = m
-		}
+	return pos{b, i}
+}
+
+// searchKeys returns the index of the first of the sorted keys that is >= (size, addr).
+// Binary searches mispredict half their branches: this one has none (Khuong and Morin's
+// branch-free form).
+func searchKeys(ks []key, size int64, addr uint64) int {
+	n := len(ks)
+	if n == 0 {
+		return 0
 	}
-	return pos{lo, i}
+	base := 0
+	for n > 1 {
+		half := n >> 1
+		base += half & -keyBelow(&ks[base+half], size, addr)
+		n -= half
+	}
+	return base + keyBelow(&ks[base], size, addr)
+}
+
+// keyBelow is 1 when k < (size, addr), else 0, without a branch: the keys compared as 128-bit
+// numbers, size high and address low (sizes are never negative).
+func keyBelow(k *key, size int64, addr uint64) int {
+	_, borrow := bits.Sub64(k.addr, addr, 0)
+	_, borrow = bits.Sub64(uint64(k.size), uint64(size), borrow)
+	return int(borrow)
 }
 
 // at returns the block at p, or nil past the end.
@@ -79,8 +104,8 @@ func (s *blockSet) next(p pos) pos {
 	return p
 }
 
-// last returns the position of the largest block and whether the set is non-empty.
-func (s *blockSet) last() (pos, bool) {
+// lastPos returns the position of the largest block and whether the set is non-empty.
+func (s *blockSet) lastPos() (pos, bool) {
 	if len(s.buckets) == 0 {
 		return pos{}, false
 	}
@@ -89,19 +114,28 @@ func (s *blockSet) last() (pos, bool) {
 
 // insert adds b (not already present).
 func (s *blockSet) insert(b *Block) {
+	s.insertAt(s.lowerBound(b.size, b.addr), b)
+}
+
+// insertAt adds b (not already present) at p, which must be its place in the order: its
+// lowerBound, or a position known to be it.
+func (s *blockSet) insertAt(p pos, b *Block) {
 	s.n++
-	e := entry{b.size, b.addr, b}
+	e := entry{key{b.size, b.addr}, b}
 	if len(s.buckets) == 0 {
-		s.buckets = append(s.buckets, append(make([]entry, 0, 16), e))
+		s.buckets = append(s.buckets, append(make([]entry, 0, bucketMax+1), e))
+		s.last = append(s.last, e.key)
 		return
 	}
-	p := s.lowerBound(b.size, b.addr)
 	if p.b == len(s.buckets) {
 		p = pos{p.b - 1, len(s.buckets[p.b-1])}
 	}
 	bk := append(s.buckets[p.b], entry{})
 	copy(bk[p.i+1:], bk[p.i:])
 	bk[p.i] = e
+	if p.i == len(bk)-1 {
+		s.last[p.b] = e.key
+	}
 	if len(bk) > bucketMax {
 		half := len(bk) / 2
 		right := make([]entry, len(bk)-half, bucketMax+1)
@@ -111,6 +145,10 @@ func (s *blockSet) insert(b *Block) {
 		s.buckets = append(s.buckets, nil)
 		copy(s.buckets[p.b+2:], s.buckets[p.b+1:])
 		s.buckets[p.b+1] = right
+		s.last = append(s.last, key{})
+		copy(s.last[p.b+2:], s.last[p.b+1:])
+		s.last[p.b+1] = s.last[p.b]
+		s.last[p.b] = bk[half-1].key
 	}
 	s.buckets[p.b] = bk
 }
@@ -135,7 +173,12 @@ func (s *blockSet) removeAt(p pos) {
 		copy(s.buckets[p.b:], s.buckets[p.b+1:])
 		s.buckets[len(s.buckets)-1] = nil
 		s.buckets = s.buckets[:len(s.buckets)-1]
+		copy(s.last[p.b:], s.last[p.b+1:])
+		s.last = s.last[:len(s.last)-1]
 		return
+	}
+	if p.i == len(bk) {
+		s.last[p.b] = bk[p.i-1].key
 	}
 	s.buckets[p.b] = bk
 }

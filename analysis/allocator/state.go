@@ -43,10 +43,11 @@ func (a *Allocator) AddSegment(spec SegmentSpec) ([]*Block, error) {
 		return nil, fmt.Errorf("segment %#x: already present", spec.Addr)
 	}
 	p := a.pool(spec.Pool, spec.Small)
-	seg := &segment{addr: spec.Addr, size: spec.Size, stream: spec.Stream, pool: p}
+	var page int64
 	if spec.Expandable {
-		seg.page = pageSize(spec.Small)
+		page = pageSize(spec.Small)
 	}
+	seg := newSegment(spec.Addr, spec.Size, spec.Stream, p, page)
 	at := spec.Addr
 	out := make([]*Block, len(spec.Blocks))
 	var prev *Block
@@ -58,13 +59,13 @@ func (a *Allocator) AddSegment(spec SegmentSpec) ([]*Block, error) {
 			return nil, fmt.Errorf("segment %#x: unmapped block %d at %#x is not page-aligned in an expandable segment", spec.Addr, i, bs.Addr)
 		}
 		at += uint64(bs.Size)
-		b := &Block{addr: bs.Addr, size: bs.Size, requested: bs.Requested, stream: spec.Stream, pool: p, seg: seg, mapped: !bs.Unmapped}
+		b := &Block{addr: bs.Addr, size: bs.Size, requested: bs.Requested, seg: seg, mapped: !bs.Unmapped}
 		switch {
 		case bs.Unmapped:
 		case bs.State == snapshot.StateActiveAllocated:
 			b.allocated = true
 		case bs.State == snapshot.StateActivePendingFree:
-			b.pending = true
+			b.pending = true // put in the pending list below, once the segment is known good
 		}
 		b.prev = prev
 		if prev != nil {
@@ -89,13 +90,7 @@ func (a *Allocator) AddSegment(spec SegmentSpec) ([]*Block, error) {
 		case b.pending:
 			a.active += b.size
 			a.reserved += b.size
-			b.pprev = a.ptail
-			if a.ptail != nil {
-				a.ptail.pnext = b
-			} else {
-				a.phead = b
-			}
-			a.ptail = b
+			a.addPending(b)
 		default:
 			a.reserved += b.size
 		}
@@ -179,7 +174,13 @@ func (a *Allocator) Check() error {
 			for st, s := range p.free {
 				n := 0
 				var prev *Block
-				for _, bk := range s.buckets {
+				if len(s.last) != len(s.buckets) {
+					return fmt.Errorf("pool %v small=%v stream %#x: %d buckets, %d last keys", p.id, p.small, st, len(s.buckets), len(s.last))
+				}
+				for i, bk := range s.buckets {
+					if len(bk) == 0 || bk[len(bk)-1].key != s.last[i] {
+						return fmt.Errorf("pool %v small=%v stream %#x: bucket %d empty or its last key stale", p.id, p.small, st, i)
+					}
 					for _, e := range bk {
 						b := e.b
 						if e.size != b.size || e.addr != b.addr {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -107,34 +108,104 @@ func NewTrace(snap *snapshot.Snapshot, dev int, set Settings) (*Trace, error) {
 	if dev < 0 || dev >= len(snap.DeviceTraces) {
 		return nil, fmt.Errorf("device %d: %w", dev, ErrNoTrace)
 	}
-	evs := snap.DeviceTraces[dev]
-	t := &Trace{Device: dev, Events: evs, pools: map[int]snapshot.PoolID{}}
-	streams := map[uint64]bool{}
-	for _, ev := range evs {
-		if ev.Action == snapshot.ActionAlloc {
-			t.allocs++
-			streams[ev.Stream] = true
-		}
-	}
-	t.Streams = len(streams)
+	t := &Trace{Device: dev, Events: snap.DeviceTraces[dev], pools: map[int]snapshot.PoolID{}}
+	// The trace's addresses numbered densely (the loader builds this while it decodes): the
+	// passes below keep per-address state in slices instead of maps. The events are read in
+	// two passes (the second needs the start state the first one's findings rebuild): each
+	// pass over millions of events is a stream from memory.
+	x := snap.TraceIndex(dev)
+	sc := t.scan(snap, x, set.ExpandableSegments)
 	if t.allocs == 0 {
 		return nil, fmt.Errorf("device %d: %w", dev, ErrNoTrace)
 	}
-	t.classifyReleases(snap)
-	t.findPools(snap)
-	if err := t.reconstruct(snap, &set); err != nil {
+	if err := t.reconstruct(snap, x, &set, sc); err != nil {
 		return nil, err
 	}
-	t.recordedTimeline(set.GCThreshold > 0)
-	t.numberBlocks()
+	t.timeline(x, set.GCThreshold > 0)
 	return t, nil
 }
 
-// numberBlocks gives every block of the start state and every allocation an id, and each
-// free event the id of the block it frees: replays then keep blocks in a slice instead of a
-// map by address.
-func (t *Trace) numberBlocks() {
-	cur := map[uint64]int32{}
+// traceScan is what the first pass finds for reconstruct: firstSeg[k] is the first
+// segment_alloc or segment_free at the trace's segment address k (-1: none); firstBlk[k] the
+// first event at block address k (ids are numbered in order of first appearance, so id k
+// first appears when k ids are known); expandable: the settings or segment_map /
+// segment_unmap events say the device uses expandable segments.
+type traceScan struct {
+	firstSeg, firstBlk []int32
+	expandable         bool
+}
+
+// scan is the first pass over the events: the allocations and their streams, the runs of
+// segment releases the program asked for (classifyRelease), the private pools of requests
+// (as findPool), the highest address, and what reconstruct needs.
+func (t *Trace) scan(snap *snapshot.Snapshot, x *snapshot.TraceIndex, expandable bool) *traceScan {
+	evs := t.Events
+	sc := &traceScan{firstSeg: make([]int32, len(x.Segments)), firstBlk: make([]int32, 0, len(x.Blocks)), expandable: expandable}
+	for k := range sc.firstSeg {
+		sc.firstSeg[k] = -1
+	}
+	private := privateSpans(snap, t.Device)
+	var streams []uint64
+	// The run of segment releases under way: its first event (-1: none), whether a stack of
+	// it goes through empty_cache.
+	run, ec := -1, false
+	for i := range evs {
+		ev := &evs[i]
+		if isSegmentRelease(ev.Action) {
+			if run < 0 {
+				run, ec = i, false
+			}
+			if st := ev.Stack; !ec && st > snapshot.EmptyStack {
+				ec = isEmptyCacheFrames(snap.StackFrames(st))
+			}
+		} else if run >= 0 {
+			t.classifyRelease(run, ec, ev.Action)
+			run = -1
+		}
+		switch ev.Action {
+		case snapshot.ActionAlloc:
+			t.allocs++
+			if n := len(streams); n == 0 || streams[n-1] != ev.Stream {
+				if !slices.Contains(streams, ev.Stream) {
+					streams = append(streams, ev.Stream)
+				}
+			}
+			t.findPool(snap, private, i)
+			if int(x.Slot[i]) == len(sc.firstBlk) {
+				sc.firstBlk = append(sc.firstBlk, int32(i))
+			}
+		case snapshot.ActionOOM:
+			t.findPool(snap, private, i)
+		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+			if int(x.Slot[i]) == len(sc.firstBlk) {
+				sc.firstBlk = append(sc.firstBlk, int32(i))
+			}
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree:
+			if k := x.Slot[i]; sc.firstSeg[k] < 0 {
+				sc.firstSeg[k] = int32(i)
+			}
+		case snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
+			sc.expandable = true
+		}
+		t.maxAddr = max(t.maxAddr, ev.Addr+uint64(max(ev.Size, 0)))
+	}
+	if run >= 0 {
+		t.classifyRelease(run, ec, snapshot.ActionOther)
+	}
+	t.Streams = len(streams)
+	t.EmptyCacheCalls = len(t.explicit)
+	return sc
+}
+
+// numberStart gives every live block of the start state an id (the allocations of the
+// trace get the next ones, and each free event the id of the block it frees: replays then keep
+// blocks in a slice instead of a map by address). It returns cur, the block now at each of
+// the trace's block addresses (-1: none), and the next id.
+func (t *Trace) numberStart(x *snapshot.TraceIndex) ([]int32, int32) {
+	cur := make([]int32, len(x.Blocks))
+	for k := range cur {
+		cur[k] = -1
+	}
 	next := int32(0)
 	number := func(blocks []BlockSpec) []int32 {
 		out := make([]int32, len(blocks))
@@ -142,7 +213,10 @@ func (t *Trace) numberBlocks() {
 			out[j] = -1
 			if !b.Unmapped && b.State != snapshot.StateInactive {
 				out[j] = next
-				cur[b.Addr] = next
+				// An address no event of the trace names needs no entry: nothing frees it.
+				if k, ok := x.Block(b.Addr); ok {
+					cur[k] = next
+				}
 				next++
 			}
 		}
@@ -154,89 +228,54 @@ func (t *Trace) numberBlocks() {
 	for _, g := range t.esGroups {
 		t.startIDs = append(t.startIDs, number(g.blocks))
 	}
-	t.ids = make([]int32, len(t.Events))
-	for i, ev := range t.Events {
-		t.ids[i] = -1
-		switch ev.Action {
-		case snapshot.ActionAlloc:
-			t.ids[i] = next
-			cur[ev.Addr] = next
-			next++
-		case snapshot.ActionFreeRequested:
-			if id, ok := cur[ev.Addr]; ok {
-				t.ids[i] = id
-			}
-		case snapshot.ActionFreeCompleted:
-			if id, ok := cur[ev.Addr]; ok {
-				t.ids[i] = id
-				delete(cur, ev.Addr)
-			}
-		}
-	}
-	t.nIDs = int(next)
+	return cur, next
 }
 
-// classifyReleases finds the runs of segment_free / segment_unmap events the program asked for
-// (torch.cuda.empty_cache()): a run whose stacks go through empty_cache, or that no new
-// segment or oom follows. A run followed by a segment_alloc, segment_map or oom is the
+// classifyRelease classifies the run of segment_free / segment_unmap events from event i,
+// followed by an event of action next (ActionOther: the end of the trace): the program asked
+// for it (torch.cuda.empty_cache()) when its stacks go through empty_cache (ec), or when no
+// new segment or oom follows. A run followed by a segment_alloc, segment_map or oom is the
 // allocator's own (a cudaMalloc failed, garbage collection): the model decides those itself.
-func (t *Trace) classifyReleases(snap *snapshot.Snapshot) {
-	evs := t.Events
-	for i := 0; i < len(evs); {
-		if !isSegmentRelease(evs[i].Action) {
-			i++
-			continue
-		}
-		j, ec := i, false
-		for j < len(evs) && isSegmentRelease(evs[j].Action) {
-			if st := evs[j].Stack; !ec && st > snapshot.EmptyStack {
-				ec = isEmptyCacheFrames(snap.StackFrames(st))
-			}
-			j++
-		}
-		next := snapshot.ActionOther
-		if j < len(evs) {
-			next = evs[j].Action
-		}
-		if ec || (next != snapshot.ActionSegmentAlloc && next != snapshot.ActionSegmentMap && next != snapshot.ActionOOM) {
-			t.explicit = append(t.explicit, i)
-		}
-		i = j
+func (t *Trace) classifyRelease(i int, ec bool, next snapshot.Action) {
+	if ec || (next != snapshot.ActionSegmentAlloc && next != snapshot.ActionSegmentMap && next != snapshot.ActionOOM) {
+		t.explicit = append(t.explicit, i)
 	}
-	t.EmptyCacheCalls = len(t.explicit)
 }
 
-// findPools assigns private pools to requests: the event's pool_id (newest PyTorch), else the
-// pool of the final segment holding the address.
-func (t *Trace) findPools(snap *snapshot.Snapshot) {
-	type span struct {
-		addr, end uint64
-		pool      snapshot.PoolID
-	}
-	var private []span
+// poolSpan is a final segment of a private pool.
+type poolSpan struct {
+	addr, end uint64
+	pool      snapshot.PoolID
+}
+
+// privateSpans returns device dev's final segments of private pools, by address.
+func privateSpans(snap *snapshot.Snapshot, dev int) []poolSpan {
+	var private []poolSpan
 	for _, s := range snap.Segments {
-		if s.Device == t.Device && s.PoolID != DefaultPool {
-			private = append(private, span{s.Address, s.Address + uint64(s.TotalSize), s.PoolID})
+		if s.Device == dev && s.PoolID != DefaultPool {
+			private = append(private, poolSpan{s.Address, s.Address + uint64(s.TotalSize), s.PoolID})
 		}
 	}
-	slices.SortFunc(private, func(x, y span) int { return cmp.Compare(x.addr, y.addr) })
-	for i, ev := range t.Events {
-		if ev.Action != snapshot.ActionAlloc && ev.Action != snapshot.ActionOOM {
-			continue
+	slices.SortFunc(private, func(x, y poolSpan) int { return cmp.Compare(x.addr, y.addr) })
+	return private
+}
+
+// findPool assigns a private pool to request i (an alloc or oom event): the event's pool_id
+// (newest PyTorch), else (alloc) the pool of the final segment holding the address.
+func (t *Trace) findPool(snap *snapshot.Snapshot, private []poolSpan, i int) {
+	ev := &t.Events[i]
+	if ev.Extra > 0 && int(ev.Extra) < len(snap.EventExtras) {
+		if p := snap.EventExtras[ev.Extra].PoolID; p != DefaultPool {
+			t.pools[i] = p
+			return
 		}
-		if ev.Extra > 0 && int(ev.Extra) < len(snap.EventExtras) {
-			if p := snap.EventExtras[ev.Extra].PoolID; p != DefaultPool {
-				t.pools[i] = p
-				continue
-			}
-		}
-		if len(private) == 0 || ev.Action == snapshot.ActionOOM {
-			continue
-		}
-		k, _ := slices.BinarySearchFunc(private, ev.Addr+1, func(s span, a uint64) int { return cmp.Compare(s.addr, a) })
-		if k > 0 && ev.Addr < private[k-1].end {
-			t.pools[i] = private[k-1].pool
-		}
+	}
+	if len(private) == 0 || ev.Action == snapshot.ActionOOM {
+		return
+	}
+	k, _ := slices.BinarySearchFunc(private, ev.Addr+1, func(s poolSpan, a uint64) int { return cmp.Compare(s.addr, a) })
+	if k > 0 && ev.Addr < private[k-1].end {
+		t.pools[i] = private[k-1].pool
 	}
 }
 
@@ -261,25 +300,12 @@ type startSeg struct {
 // final state the trace never allocated or freed, and segments whose first event is their
 // segment_free; blocks whose first event is a free (pre-trace blocks), and blocks alive at the
 // end with no event at all. Free space between them is cached free blocks, merged.
-func (t *Trace) reconstruct(snap *snapshot.Snapshot, set *Settings) error {
+func (t *Trace) reconstruct(snap *snapshot.Snapshot, x *snapshot.TraceIndex, set *Settings, sc *traceScan) error {
 	evs := t.Events
-	firstSeg := map[uint64]int{}
-	firstBlk := map[uint64]int{}
-	expandable := set.ExpandableSegments
-	for i, ev := range evs {
-		switch ev.Action {
-		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree:
-			if _, ok := firstSeg[ev.Addr]; !ok {
-				firstSeg[ev.Addr] = i
-			}
-		case snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
-			expandable = true
-		case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-			if _, ok := firstBlk[ev.Addr]; !ok {
-				firstBlk[ev.Addr] = i
-			}
-		}
-		t.maxAddr = max(t.maxAddr, ev.Addr+uint64(max(ev.Size, 0)))
+	firstSeg, firstBlk, expandable := sc.firstSeg, sc.firstBlk, sc.expandable
+	segAllocFreed := func(addr uint64) bool {
+		k, ok := x.Segment(addr)
+		return ok && firstSeg[k] >= 0
 	}
 	var segs []*startSeg
 	var esFinal []snapshot.Segment
@@ -292,16 +318,16 @@ func (t *Trace) reconstruct(snap *snapshot.Snapshot, set *Settings) error {
 			esFinal = append(esFinal, s)
 			continue
 		}
-		if _, ok := firstSeg[s.Address]; ok {
+		if segAllocFreed(s.Address) {
 			continue
 		}
 		segs = append(segs, &startSeg{addr: s.Address, size: s.TotalSize, stream: s.Stream, pool: s.PoolID, small: s.SegmentType == "small"})
 	}
-	for addr, i := range firstSeg {
-		ev := evs[i]
-		if ev.Action != snapshot.ActionSegmentFree {
+	for k, i := range firstSeg {
+		if i < 0 || evs[i].Action != snapshot.ActionSegmentFree {
 			continue
 		}
+		addr, ev := x.Segments[k], evs[i]
 		pool := DefaultPool
 		if ev.Extra > 0 && int(ev.Extra) < len(snap.EventExtras) {
 			pool = snap.EventExtras[ev.Extra].PoolID
@@ -324,8 +350,8 @@ func (t *Trace) reconstruct(snap *snapshot.Snapshot, set *Settings) error {
 		t.Notes = append(t.Notes, fmt.Sprintf("%d segments alive before the trace overlap others (the file contradicts itself) and were left out of the start state", dropped))
 	}
 	var blocks []startBlock
-	for addr, i := range firstBlk {
-		ev := evs[i]
+	for k, i := range firstBlk {
+		addr, ev := x.Blocks[k], evs[i]
 		switch ev.Action {
 		case snapshot.ActionFreeRequested:
 			blocks = append(blocks, startBlock{addr: addr, requested: ev.Size, state: snapshot.StateActiveAllocated})
@@ -341,7 +367,7 @@ func (t *Trace) reconstruct(snap *snapshot.Snapshot, set *Settings) error {
 			if b.State == snapshot.StateInactive || b.State == snapshot.StateUnknown {
 				continue
 			}
-			if _, ok := firstBlk[b.Address]; !ok {
+			if _, ok := x.Block(b.Address); !ok {
 				blocks = append(blocks, startBlock{addr: b.Address, size: b.Size, requested: b.RequestedSize, state: b.State})
 			}
 		}
@@ -594,15 +620,31 @@ func coalesce(rs []span) []span {
 	return out
 }
 
-// recordedTimeline replays the recorded segment events: the recorded segment sequences,
-// reserved at each oom and its peak, and the cudaMalloc failures the allocator recovered from.
-func (t *Trace) recordedTimeline(gc bool) {
+// timeline is the second pass over the events. It replays the recorded segment events: the
+// recorded segment sequences, reserved at each oom and its peak, and the cudaMalloc failures
+// the allocator recovered from. And it numbers the blocks (numberStart): every allocation
+// gets the next id, and each free event the id of the block it frees.
+func (t *Trace) timeline(x *snapshot.TraceIndex, gc bool) {
+	cur, next := t.numberStart(x)
+	t.ids = make([]int32, len(t.Events))
 	res := t.StartReserved
 	t.PeakReserved = res
 	evs := t.Events
 	explicit := t.explicit
-	for i, ev := range evs {
+	for i := range evs {
+		ev := &evs[i]
+		t.ids[i] = -1
 		switch ev.Action {
+		case snapshot.ActionAlloc:
+			t.ids[i] = next
+			cur[x.Slot[i]] = next
+			next++
+		case snapshot.ActionFreeRequested:
+			t.ids[i] = cur[x.Slot[i]]
+		case snapshot.ActionFreeCompleted:
+			k := x.Slot[i]
+			t.ids[i] = cur[k]
+			cur[k] = -1
 		case snapshot.ActionSegmentAlloc:
 			res += ev.Size
 			t.SegmentAllocs = append(t.SegmentAllocs, Recorded{i, ev.Addr, ev.Size})
@@ -639,6 +681,7 @@ func (t *Trace) recordedTimeline(gc bool) {
 		}
 		t.PeakReserved = max(t.PeakReserved, res)
 	}
+	t.nIDs = int(next)
 }
 
 // RunOptions configure one replay of a Trace.
@@ -650,6 +693,11 @@ type RunOptions struct {
 	// recorded ones (so ties between equal blocks break as they did), and the model's segment
 	// sequences are kept.
 	Baseline bool
+	// Events, when positive, replays only the first Events events: a caller that needs only the
+	// outcomes of the oom events up to one stops there (the stats then cover those events).
+	Events int
+	// noRecycle turns off the recycling of blocks (tests: it must change nothing).
+	noRecycle bool
 }
 
 // OOMOutcome is what a replay did at a recorded oom event.
@@ -679,7 +727,8 @@ type RunResult struct {
 	UnknownFrees int
 }
 
-// Run replays the trace through a fresh allocator.
+// Run replays the trace through a fresh allocator. It only reads the trace: replays of one
+// trace may run at the same time on several goroutines.
 func (t *Trace) Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 	res := &RunResult{FirstNewOOM: -1, OOMs: make([]OOMOutcome, 0, len(t.OOMs))}
 	var a *Allocator
@@ -700,8 +749,11 @@ func (t *Trace) Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 		synth += uint64((size + RoundLarge - 1) / RoundLarge * RoundLarge)
 		return addr
 	}
+	a = New(cfg)
+	// The loop below forgets a block once the trace frees it, so blocks can be recycled.
+	a.recycle = !opt.noRecycle
 	if opt.Baseline {
-		cfg.OnEvent = func(ev Event) {
+		a.onSegment = func(ev Event) {
 			switch ev.Action {
 			case snapshot.ActionSegmentAlloc:
 				res.SegmentAllocs = append(res.SegmentAllocs, Recorded{cur, ev.Addr, ev.Size})
@@ -710,19 +762,25 @@ func (t *Trace) Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 			}
 		}
 	}
-	a = New(cfg)
 	live := make([]*Block, t.nIDs)
 	if err := t.install(a, live); err != nil {
 		return nil, err
 	}
 	explicit := t.explicit
-	for i := range t.Events {
-		if i&0xffff == 0 {
+	evs := t.Events
+	if opt.Events > 0 && opt.Events < len(evs) {
+		evs = evs[:opt.Events]
+	}
+	check := 0 // the event from which the context is checked next
+	for i := 0; i < len(evs); i++ {
+		if i >= check {
 			if err := ctx.Err(); err != nil {
 				return nil, fmt.Errorf("replay: %w", err)
 			}
+			check = i + 1<<16
 		}
-		ev := &t.Events[i]
+		t.prefetchFrees(live, i)
+		ev := &evs[i]
 		cur = i
 		switch ev.Action {
 		case snapshot.ActionAlloc:
@@ -736,19 +794,27 @@ func (t *Trace) Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 			}
 			live[t.ids[i]] = b
 		case snapshot.ActionFreeRequested:
-			if id := t.ids[i]; id >= 0 && live[id] != nil {
-				a.FreeRequested(live[id])
-			} else {
+			id := t.ids[i]
+			if id < 0 || live[id] == nil {
 				res.UnknownFrees++
+				continue
 			}
+			if j := i + 1; j < len(evs) && evs[j].Action == snapshot.ActionFreeCompleted && t.ids[j] == id {
+				// Its free_completed comes next (no other stream used the block, the usual
+				// case): both at once, as that event alone would do (a free it completes).
+				a.release(live[id])
+				live[id] = nil
+				i = j
+				continue
+			}
+			a.FreeRequested(live[id])
 		case snapshot.ActionFreeCompleted:
 			id := t.ids[i]
 			if id < 0 || live[id] == nil {
 				res.UnknownFrees++
 				continue
 			}
-			a.FreeRequested(live[id])
-			a.Complete(live[id])
+			a.release(live[id])
 			live[id] = nil
 		case snapshot.ActionOOM:
 			o := OOMOutcome{Event: i}
@@ -777,6 +843,40 @@ func (t *Trace) Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 	}
 	res.Stats = a.Stats()
 	return res, nil
+}
+
+// freeAhead is how many events ahead prefetchFrees starts on a free's block.
+const freeAhead = 6
+
+// prefetchFrees prefetches, in three steps, what the frees of the coming events will touch:
+// the live slot of the event 2×freeAhead ahead, the block of the event freeAhead ahead (its
+// slot has arrived by then), and the neighbours the block of the event freeAhead/2 ahead may
+// merge with. The events touch blocks all over a working set larger than the caches, and
+// each event's memory accesses depend on one another, so without this a replay mostly waits
+// for memory. Only ids are read (an allocation's slot is empty until it happens, and is
+// written soon after: its prefetch is not wasted either).
+func (t *Trace) prefetchFrees(live []*Block, i int) {
+	ids := t.ids
+	if j := i + 2*freeAhead; j < len(ids) {
+		if id := ids[j]; id >= 0 {
+			prefetch(unsafe.Pointer(&live[id]))
+		}
+	}
+	if j := i + freeAhead; j < len(ids) {
+		if id := ids[j]; id >= 0 && live[id] != nil {
+			prefetch(unsafe.Pointer(live[id]))
+		}
+	}
+	if j := i + freeAhead/2; j < len(ids) {
+		if id := ids[j]; id >= 0 && live[id] != nil {
+			if b := live[id]; b.prev != nil {
+				prefetch(unsafe.Pointer(b.prev))
+			}
+			if b := live[id]; b.next != nil {
+				prefetch(unsafe.Pointer(b.next))
+			}
+		}
+	}
 }
 
 func (t *Trace) poolAt(i int) snapshot.PoolID {
