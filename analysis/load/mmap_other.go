@@ -7,7 +7,3 @@ import "os"
 func mapFile(*os.File, int64) ([]byte, bool) { return nil, false }
 
 func unmapFile([]byte) {}
-
-func dropPages([]byte) {}
-
-func prefetchPages([]byte) {}

@@ -239,7 +239,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		}
 	}
 	l := d.objs[target.x].ev
-	if len(l.events)+len(d.stack)-m >= 1<<32-1 {
+	if uint64(len(l.events)+len(d.stack)-m) >= 1<<32-1 {
 		return -1 // the slow path refuses it
 	}
 	// Commit. First what the batch left on the stack, as its APPENDS would store it.
