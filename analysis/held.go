@@ -114,12 +114,12 @@ func (r *Roles) codeFrames(id snapshot.StackID) []snapshot.Frame {
 		return nil
 	}
 	ids := r.snap.Stacks[id]
+	infos := r.attrs.frames.infos // filled when the table was made: only read
 	out := make([]snapshot.Frame, 0, 16)
 	for i := len(ids) - 1; i >= 0; i-- {
-		f := r.snap.Frames[ids[i]]
-		switch r.a.kind(f) {
+		switch fi := &infos[ids[i]]; fi.kind {
 		case kindUser, kindModelLib, kindLibrary:
-			out = append(out, f)
+			out = append(out, fi.f)
 		}
 	}
 	return out
