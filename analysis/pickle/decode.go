@@ -34,6 +34,7 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"runtime"
 	"strconv"
 	"unsafe"
 
@@ -92,6 +93,8 @@ type Stats struct {
 	// Redone whether the decode had to start again without it.
 	FastEvents int64
 	Redone     bool
+	// KeysAhead is how many tracebacks' run keys the run scanner had ready (see runScanner).
+	KeysAhead int64
 }
 
 // Options bound the decoder.
@@ -275,6 +278,8 @@ type decoder struct {
 	redo       bool
 	fastEvents int64
 	made       [maxFastPairs]madeValue // fastEvent's scratch
+	scan       *runScanner             // run keys worked out ahead (in-place decodes)
+	keysAhead  int64
 	// The trace lists' indexer (Options.Index): the lists it follows and, once the decode
 	// ended, what it built.
 	pipe    *indexPipe
@@ -334,10 +339,14 @@ func decodeOnce(ctx context.Context, r io.Reader, data []byte, opt Options) (*Re
 		d.buf = make([]byte, bufSize)
 	} else {
 		d.buf, d.end, d.srcDone, d.inPlace = data, len(data), true, true
+		if len(data) >= minScanInput && !opt.noFastEvents && runtime.GOMAXPROCS(0) > 1 {
+			d.scan = startRunScanner(data, d.runs.seed)
+			defer d.scan.close()
+		}
 	}
 	defer d.memo.release()
 	res, err := d.decode()
-	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * int64(unsafe.Sizeof(val{})), Objects: len(d.objs), FastEvents: d.fastEvents}
+	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * int64(unsafe.Sizeof(val{})), Objects: len(d.objs), FastEvents: d.fastEvents, KeysAhead: d.keysAhead}
 	if opt.Stats != nil {
 		*opt.Stats = st
 	}

@@ -139,7 +139,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			if buf[p+2] != '(' { // EMPTY_LIST MEMOIZE: an empty traceback
 				v, p = val{k: kStack, x: uint64(snapshot.EmptyStack)}, p+2
 			} else {
-				id, w, ok := d.lookupRun(buf[p+3:])
+				id, w, ok := d.lookupRunAt(buf, p+3)
 				if !ok {
 					// A traceback not seen before (or not cacheable): its frames, if all are
 					// known, are interned at the commit (one per dict: enough for events).

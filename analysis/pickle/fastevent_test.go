@@ -3,8 +3,13 @@ package pickle
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/memsnap/memsnap/analysis/pickle/writer"
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // Trace-list pickles for the event fast path: a list whose first batch (decoded the slow
@@ -81,4 +86,56 @@ func TestFastEventsMatchSlowPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunScannerKeys: with the run scanner on, the decoder takes the tracebacks' keys it
+// worked out ahead, and the in-place decode still equals the stream's.
+func TestRunScannerKeys(t *testing.T) {
+	defer func(n int) { minScanInput = n }(minScanInput)
+	minScanInput = 0
+	data := runTrace(t)
+	stream, err := Decode(context.Background(), bytes.NewReader(data), Options{Index: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	res, err := DecodeBytes(context.Background(), data, Options{Index: true, Stats: &st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.KeysAhead == 0 {
+		t.Fatalf("the decoder took no key from the scanner (%d fast events)", st.FastEvents)
+	}
+	if !reflect.DeepEqual(stream.Root, res.Root) || !reflect.DeepEqual(stream.Interner, res.Interner) {
+		t.Fatal("the in-place decode differs from the stream's")
+	}
+}
+
+// runTrace is a snapshot whose tracebacks repeat (the run cache matches them) and whose
+// trace spans many APPENDS batches and index hand-overs.
+func runTrace(t *testing.T) []byte {
+	t.Helper()
+	in := snapshot.NewInterner()
+	var stacks []snapshot.StackID
+	for s := range 5 {
+		var ids []snapshot.FrameID
+		for f := range 4 + s {
+			ids = append(ids, in.Frame(snapshot.Frame{Filename: fmt.Sprintf("/home/u/m%d.py", f), Line: int64(10*s + f), Name: "f"}))
+		}
+		stacks = append(stacks, in.Stack(ids))
+	}
+	var evs []snapshot.Event
+	for i := range 3 * indexChunk {
+		a := snapshot.ActionAlloc
+		if i%2 == 1 {
+			a = snapshot.ActionFreeCompleted
+		}
+		evs = append(evs, snapshot.Event{Action: a, Addr: uint64(0x7f0000000000 + 512*(i%64)), Size: 512, TimeUS: int64(i), Stack: stacks[i/2%len(stacks)]})
+	}
+	snap := &snapshot.Snapshot{Frames: in.Frames, Stacks: in.Stacks, DeviceTraces: [][]snapshot.Event{evs}, EventExtras: []snapshot.EventExtra{{}}}
+	data, err := writer.Encode(snap, writer.Options{Protocol: 4, ListPerTraceback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

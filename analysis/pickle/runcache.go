@@ -102,12 +102,14 @@ func scanRun(buf []byte) int {
 // APPENDS: the run's end, or a byte of a memo index). It can be taken at the start of a run
 // without decoding the run opcode by opcode (a vectorised search finds the byte): a run whose
 // bytes are a cached run's, followed by APPENDS, is that run, whatever the first 'e' was.
-func (c *runCache) runKey(buf []byte) uint64 {
+func (c *runCache) runKey(buf []byte) uint64 { return runKeyOf(c.seed, buf) }
+
+func runKeyOf(seed maphash.Seed, buf []byte) uint64 {
 	q := bytes.IndexByte(buf[:min(len(buf), maxRunBytes+1)], 'e')
 	if q < 0 {
 		q = min(len(buf), maxRunBytes+1)
 	}
-	return maphash.Bytes(c.seed, buf[:q])
+	return maphash.Bytes(seed, buf[:q])
 }
 
 // find looks up the cached run that buf starts with (followed by APPENDS), key its runKey:
@@ -138,6 +140,23 @@ func (d *decoder) lookupRun(buf []byte) (snapshot.StackID, int, bool) {
 		return 0, 0, false
 	}
 	return c.find(buf, c.runKey(buf))
+}
+
+// lookupRunAt is lookupRun for the run at buf[at:], taking its key from the run scanner when
+// it has it.
+func (d *decoder) lookupRunAt(buf []byte, at int) (snapshot.StackID, int, bool) {
+	c := d.runs
+	run := buf[at:]
+	if c.off || len(run) == 0 || run[0]|2 != 'j' {
+		return 0, 0, false
+	}
+	if d.scan != nil {
+		if key, ok := d.scan.key(int(d.base) + at); ok {
+			d.keysAhead++
+			return c.find(run, key)
+		}
+	}
+	return c.find(run, c.runKey(run))
 }
 
 // cachedRun handles a traceback whose bytes were seen before: right after the MARK of an

@@ -1,0 +1,119 @@
+package pickle
+
+import (
+	"bytes"
+	"hash/maphash"
+	"runtime/debug"
+	"sync"
+)
+
+// runScanner works out the run cache's keys of the tracebacks ahead of the decoder, on another
+// core: it walks the input in chunks, finds where a frames list's run of memo references may
+// start (EMPTY_LIST MEMOIZE MARK, then BINGET or LONG_BINGET), and hashes each as runKey
+// would. A key is a function of the bytes alone, so the decoder takes it instead of hashing
+// when its traceback starts at a position the scanner reached first, and hashes itself
+// otherwise: the result is the same either way. Positions that are not really a run (those
+// bytes inside a string or a number) only cost the scanner a hash.
+//
+// Only for an in-place decode (the whole input in memory) large enough to pay for it.
+type runScanner struct {
+	input  []byte
+	seed   maphash.Seed // the run cache's
+	chunks chan *scanChunk
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	// The decoder's side: the chunk it reads, and where in it.
+	cur *scanChunk
+	i   int
+}
+
+// scanChunk is the keys of the runs starting in input[start:end], in input order.
+type scanChunk struct {
+	start, end int
+	pos        []int
+	keys       []uint64
+}
+
+const (
+	scanChunkBytes = 1 << 20
+	scanAhead      = 8 // chunks the scanner may be ahead
+)
+
+// minScanInput: smaller inputs are not worth a goroutine (a variable for tests).
+var minScanInput = 8 << 20
+
+func startRunScanner(input []byte, seed maphash.Seed) *runScanner {
+	s := &runScanner{input: input, seed: seed, chunks: make(chan *scanChunk, scanAhead), stop: make(chan struct{})}
+	s.wg.Add(1)
+	go s.scan()
+	return s
+}
+
+func (s *runScanner) scan() {
+	defer s.wg.Done()
+	defer close(s.chunks)
+	// A mapped file that shrinks under the scan faults: the scan stops (the decoder meets the
+	// fault itself, where it is reported).
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); !fault {
+				panic(r)
+			}
+		}
+	}()
+	for start := 0; start < len(s.input); start += scanChunkBytes {
+		ch := &scanChunk{start: start, end: min(start+scanChunkBytes, len(s.input))}
+		for at := start; at < ch.end; {
+			k := bytes.Index(s.input[at:ch.end], []byte("]\x94("))
+			if k < 0 {
+				break
+			}
+			at += k + 3
+			if at < len(s.input) && s.input[at]|2 == 'j' {
+				ch.pos = append(ch.pos, at)
+				ch.keys = append(ch.keys, runKeyOf(s.seed, s.input[at:]))
+			}
+		}
+		select {
+		case s.chunks <- ch:
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// key returns the run key of the run at input[at:] if the scanner has it. The decoder asks
+// for increasing positions.
+func (s *runScanner) key(at int) (uint64, bool) {
+	for s.cur == nil || at >= s.cur.end {
+		select {
+		case ch, ok := <-s.chunks:
+			if !ok {
+				return 0, false
+			}
+			s.cur, s.i = ch, 0
+		default:
+			return 0, false // the scanner is behind: the decoder hashes
+		}
+	}
+	if at < s.cur.start {
+		return 0, false
+	}
+	pos := s.cur.pos
+	for s.i < len(pos) && pos[s.i] < at {
+		s.i++
+	}
+	if s.i < len(pos) && pos[s.i] == at {
+		return s.cur.keys[s.i], true
+	}
+	return 0, false
+}
+
+// close stops the scanner and waits for it: the input may be unmapped afterwards.
+func (s *runScanner) close() {
+	close(s.stop)
+	for range s.chunks { // let a blocked send go
+	}
+	s.wg.Wait()
+}
