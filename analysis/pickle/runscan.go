@@ -20,8 +20,12 @@ type runScanner struct {
 	input  []byte
 	seed   maphash.Seed // the run cache's
 	chunks chan *scanChunk
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	// free takes the chunks the decoder is done with back to the scanner: their room is
+	// reused, so the scan's memory stays a few chunks' worth (garbage would wait for a GC
+	// that a load's growing heap puts off, and count in RSS meanwhile).
+	free chan *scanChunk
+	stop chan struct{}
+	wg   sync.WaitGroup
 	// The decoder's side: the chunk it reads, and where in it.
 	cur *scanChunk
 	i   int
@@ -39,11 +43,15 @@ const (
 	scanAhead      = 8 // chunks the scanner may be ahead
 )
 
+// runStart is what precedes a frames list's run: EMPTY_LIST MEMOIZE MARK.
+var runStart = []byte("]\x94(")
+
 // minScanInput: smaller inputs are not worth a goroutine (a variable for tests).
 var minScanInput = 8 << 20
 
 func startRunScanner(input []byte, seed maphash.Seed) *runScanner {
-	s := &runScanner{input: input, seed: seed, chunks: make(chan *scanChunk, scanAhead), stop: make(chan struct{})}
+	s := &runScanner{input: input, seed: seed, chunks: make(chan *scanChunk, scanAhead),
+		free: make(chan *scanChunk, scanAhead+2), stop: make(chan struct{})}
 	s.wg.Add(1)
 	go s.scan()
 	return s
@@ -63,9 +71,16 @@ func (s *runScanner) scan() {
 		}
 	}()
 	for start := 0; start < len(s.input); start += scanChunkBytes {
-		ch := &scanChunk{start: start, end: min(start+scanChunkBytes, len(s.input))}
+		var ch *scanChunk
+		select {
+		case ch = <-s.free:
+			ch.pos, ch.keys = ch.pos[:0], ch.keys[:0]
+		default:
+			ch = &scanChunk{}
+		}
+		ch.start, ch.end = start, min(start+scanChunkBytes, len(s.input))
 		for at := start; at < ch.end; {
-			k := bytes.Index(s.input[at:ch.end], []byte("]\x94("))
+			k := bytes.Index(s.input[at:ch.end], runStart)
 			if k < 0 {
 				break
 			}
@@ -91,6 +106,12 @@ func (s *runScanner) key(at int) (uint64, bool) {
 		case ch, ok := <-s.chunks:
 			if !ok {
 				return 0, false
+			}
+			if s.cur != nil {
+				select {
+				case s.free <- s.cur:
+				default:
+				}
 			}
 			s.cur, s.i = ch, 0
 		default:
