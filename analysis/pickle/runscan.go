@@ -3,6 +3,7 @@ package pickle
 import (
 	"bytes"
 	"hash/maphash"
+	"runtime"
 	"runtime/debug"
 	"sync"
 )
@@ -46,10 +47,22 @@ const (
 // runStart is what precedes a frames list's run: EMPTY_LIST MEMOIZE MARK.
 var runStart = []byte("]\x94(")
 
+// scanSlots bounds the scanners at work at once to the cores beyond one: decodes running side
+// by side (diff loads two files) already fill the cores, and a scanner would only take turns
+// with the decoders it serves.
+var scanSlots = make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 1))
+
 // minScanInput: smaller inputs are not worth a goroutine (a variable for tests).
 var minScanInput = 8 << 20
 
+// startRunScanner starts a scanner over input, or returns nil when as many are already at
+// work as there are spare cores.
 func startRunScanner(input []byte, seed maphash.Seed) *runScanner {
+	select {
+	case scanSlots <- struct{}{}:
+	default:
+		return nil
+	}
 	s := &runScanner{input: input, seed: seed, chunks: make(chan *scanChunk, scanAhead),
 		free: make(chan *scanChunk, scanAhead+2), stop: make(chan struct{})}
 	s.wg.Add(1)
@@ -137,4 +150,5 @@ func (s *runScanner) close() {
 	for range s.chunks { // let a blocked send go
 	}
 	s.wg.Wait()
+	<-scanSlots
 }
