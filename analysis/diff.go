@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -127,21 +126,8 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 		}
 		roles[i] = rolesWith(s, a)
 	}
-	var (
-		wg       sync.WaitGroup
-		panicked any
-	)
-	wg.Go(func() {
-		// A panic on this goroutine is raised again on the caller's, as if the work had run
-		// there (the MCP server turns a tool's panic into an error; here it would end it).
-		defer func() { panicked = recover() }()
-		sides[1] = diffOneSide(snaps[1], roles[1], opt)
-	})
-	sides[0] = diffOneSide(snaps[0], roles[0], opt)
-	wg.Wait()
-	if panicked != nil {
-		panic(panicked)
-	}
+	alongside(func() { sides[1] = diffOneSide(snaps[1], roles[1], opt) },
+		func() { sides[0] = diffOneSide(snaps[0], roles[0], opt) })
 	for _, sd := range sides {
 		if sd.err != nil {
 			return nil, fmt.Errorf("diff: %w", sd.err)

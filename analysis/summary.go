@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -133,22 +132,14 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 	}
 	for _, d := range devs {
 		// The role pass (for the workload) and the device's own passes (pools, action
-		// counts, peaks) read the trace independently: one runs on another core. A panic
-		// there is raised again here, as if it had run on this goroutine.
+		// counts, peaks) read the trace independently: one runs on another core.
 		var (
-			wg                 sync.WaitGroup
 			workload, evidence string
-			panicked           any
+			ds                 DeviceSummary
+			err                error
 		)
-		wg.Go(func() {
-			defer func() { panicked = recover() }()
-			workload, evidence = roles.Workload(d)
-		})
-		ds, err := summarizeDevice(ctx, snap, d, opt)
-		wg.Wait()
-		if panicked != nil {
-			panic(panicked)
-		}
+		alongside(func() { workload, evidence = roles.Workload(d) },
+			func() { ds, err = summarizeDevice(ctx, snap, d, opt) })
 		if err != nil {
 			return nil, err
 		}

@@ -79,6 +79,8 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		if k == nil || k.k != kStr {
 			return -1
 		}
+		// The key and the plain values read as in fastDict, written out again on purpose:
+		// shared through calls (neither inlines) the load of the benchmark file took 8% longer.
 		var v val
 		switch buf[p] {
 		case 'K': // BININT1
