@@ -1636,14 +1636,12 @@ func (r *ReplayResult) Text() string {
 }
 
 // traceSizesAreRequested tells whether a device trace records requested bytes (newer PyTorch)
-// rather than rounded block sizes: an alloc size that is not a multiple of 512 says so, and so
-// does a block alive at the end whose last alloc event (lastAlloc) has its requested_size, not
-// its size.
-func traceSizesAreRequested(snap *snapshot.Snapshot, device int, evs []snapshot.Event, lastAlloc func(addr uint64) (int64, bool)) bool {
-	for _, ev := range evs {
-		if ev.Action == snapshot.ActionAlloc && ev.Size%512 != 0 {
-			return true
-		}
+// rather than rounded block sizes: an alloc size that is not a multiple of 512 says so
+// (oddAllocSize), and so does a block alive at the end whose last alloc event (lastAlloc) has
+// its requested_size, not its size.
+func traceSizesAreRequested(snap *snapshot.Snapshot, device int, oddAllocSize bool, lastAlloc func(addr uint64) (int64, bool)) bool {
+	if oddAllocSize {
+		return true
 	}
 	for si := range snap.Segments {
 		if s := &snap.Segments[si]; s.Device == device {

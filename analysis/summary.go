@@ -224,12 +224,13 @@ func summarizeDevice(ctx context.Context, snap *snapshot.Snapshot, dev int, opt 
 		if dev < len(snap.DroppedEvents) {
 			ds.Trace.DroppedEvents = snap.DroppedEvents[dev]
 		}
-		var counts [256]int64
+		counts := &snap.TraceIndex(dev).Tally.Actions
 		other := map[string]int64{}
-		for _, e := range evs {
-			counts[e.Action]++
-			if e.Action == snapshot.ActionOther {
-				other[snap.EventExtras[e.Extra].ActionName]++
+		if counts[snapshot.ActionOther] > 0 {
+			for _, e := range evs {
+				if e.Action == snapshot.ActionOther {
+					other[snap.EventExtras[e.Extra].ActionName]++
+				}
 			}
 		}
 		for _, a := range snapshot.Actions() {
@@ -249,10 +250,7 @@ func summarizeDevice(ctx context.Context, snap *snapshot.Snapshot, dev int, opt 
 		}
 	}
 	ds.Trace.Incomplete = snap.Caps.TraceIncomplete
-	peaks, err := replayPeaks(ctx, snap, dev)
-	if err != nil {
-		return ds, err
-	}
+	peaks := replayPeaks(snap, dev)
 	ds.Trace.PeakAllocatedBytes, ds.Trace.PeakReservedBytes = peaks.allocated, peaks.reserved
 	return ds, nil
 }
@@ -469,80 +467,26 @@ func (s *Summary) Text() string {
 
 type peaks struct{ allocated, reserved int64 }
 
-// replayPeaks gives the same peaks as the full replay (ReplayDevice) in one pass with one map,
-// so summarize stays cheap on multi-million-event traces. Blocks alive before the trace (their
-// address's first event is a free, or they are alive at the end with no event) raise memory by
-// the same amount at every point, so their sum can be added once the pass has found them all:
+// replayPeaks gives the same peaks as the full replay (ReplayDevice) from the trace's tally
+// (snapshot.TraceTally), so summarize stays cheap on multi-million-event traces. Blocks alive
+// before the trace (their address's first event is a free, or they are alive at the end with
+// no event) raise memory by the same amount at every point, so their sum can be added once the
+// tally has found them all:
 // peak = (blocks alive before the trace) + (highest running sum of the trace's own changes).
 // Reserved memory works the same way from the final segments. Without a trace the peaks are
 // the file's final state.
-func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, error) {
-	var evs []snapshot.Event
-	if dev >= 0 && dev < len(snap.DeviceTraces) {
-		evs = snap.DeviceTraces[dev]
-	}
-	// Per block address of the trace (dense ids): its last alloc's size and where it stands.
-	type blk struct {
-		size               int64
-		set, pending, gone bool // set: the address has had an event; gone: completely freed
-	}
+func replayPeaks(snap *snapshot.Snapshot, dev int) peaks {
+	// The running sums come from the trace's tally, which the index keeps (built while the
+	// loader decodes).
 	x := snap.TraceIndex(dev)
-	seen := make([]blk, len(x.Blocks))    // every id is set by its address's first event
-	var before, running, maxRunning int64 // allocated: seeded, trace's running change, its max
-	var segNet, segRunning, maxSeg int64
-	for i := range evs {
-		if i&0xffff == 0 {
-			if err := ctx.Err(); err != nil {
-				return peaks{}, fmt.Errorf("replay: %w", err)
-			}
-		}
-		ev := &evs[i]
-		switch ev.Action {
-		case snapshot.ActionAlloc:
-			b := &seen[x.Slot[i]]
-			if b.set && !b.gone && !b.pending {
-				running -= b.size // allocated twice without a free: the replay drops the old block
-			}
-			*b = blk{size: ev.Size, set: true}
-			running += ev.Size
-		case snapshot.ActionFreeRequested:
-			b := &seen[x.Slot[i]]
-			switch {
-			case !b.set: // alive before the trace
-				before += ev.Size
-				running -= ev.Size
-				*b = blk{size: ev.Size, set: true, pending: true}
-			case !b.gone && !b.pending:
-				running -= b.size
-				b.pending = true
-			}
-		case snapshot.ActionFreeCompleted:
-			b := &seen[x.Slot[i]]
-			switch {
-			case !b.set: // alive (pending) before the trace: never counted as allocated
-				*b = blk{set: true, gone: true}
-			case !b.gone:
-				if !b.pending {
-					running -= b.size
-				}
-				*b = blk{set: true, gone: true}
-			}
-		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
-			segNet += ev.Size
-			segRunning += ev.Size
-		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
-			segNet -= ev.Size
-			segRunning -= ev.Size
-		}
-		maxRunning = max(maxRunning, running)
-		maxSeg = max(maxSeg, segRunning)
-	}
-	requested := traceSizesAreRequested(snap, dev, evs, func(addr uint64) (int64, bool) {
+	t := &x.Tally
+	maxRunning, before, maxSeg, segNet := t.Peaks()
+	requested := traceSizesAreRequested(snap, dev, t.OddAllocSize, func(addr uint64) (int64, bool) {
 		id, ok := x.Block(addr) // a live block's entry keeps its last alloc's size
 		if !ok {
 			return 0, false
 		}
-		return seen[id].size, !seen[id].gone
+		return t.LastAlloc(id)
 	})
 	var finalRes int64
 	for si := range snap.Segments {
@@ -565,7 +509,7 @@ func replayPeaks(ctx context.Context, snap *snapshot.Snapshot, dev int) (peaks, 
 			before += size
 		}
 	}
-	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg}, nil
+	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg}
 }
 
 // count renders "1 segment", "3 segments".

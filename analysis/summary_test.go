@@ -31,10 +31,7 @@ func TestReplayPeaksMatchFullReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := replayPeaks(ctx, snap, dev)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := replayPeaks(snap, dev)
 			if p.allocated != full.PeakAllocatedBytes || p.reserved != full.PeakReservedBytes {
 				t.Errorf("%s device %d: peaks %d/%d, full replay %d/%d", filepath.Base(path), dev,
 					p.allocated, p.reserved, full.PeakAllocatedBytes, full.PeakReservedBytes)
@@ -65,10 +62,7 @@ func TestReplayPeaksLateStart(t *testing.T) {
 			{Action: snapshot.ActionFreeCompleted, Addr: 0x1600, Size: 512},
 		}},
 	}
-	p, err := replayPeaks(context.Background(), snap, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := replayPeaks(snap, 0)
 	// Start: 2048 (pre-trace) + 1024 (final block with no event) = 3072, the peak.
 	if p.allocated != 3072 || p.reserved != 4096 {
 		t.Fatalf("peaks %+v, want allocated 3072 reserved 4096", p)

@@ -172,7 +172,7 @@ func (c *converter) snapshot(root any, format snapshot.Format) (*snapshot.Snapsh
 				err = c.spend(len(evs))
 			}
 			if err == nil {
-				err = checkEvents(evs, &traceBytes)
+				err = c.checkTrace(evs, &traceBytes)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("device_traces[%d]: %w", d, err)
@@ -565,6 +565,26 @@ func annotation(v any) (snapshot.Annotation, error) {
 	return a, errs.err
 }
 
+// checkTrace is checkEvents from the tally of the trace's index, when the decoder built one
+// (it tallies the values while it decodes); a trace the tally does not clear is checked event
+// by event, for the error's place and words.
+func (c *converter) checkTrace(evs []snapshot.Event, total *int64) error {
+	for _, x := range c.indexes {
+		if !x.Indexes(evs) {
+			continue
+		}
+		t := &x.Tally
+		if t.MinSize >= 0 && t.MaxSize <= maxBytes && t.MaxOOMSize <= maxTraceBytes &&
+			t.MinDeviceFree >= 0 && t.MaxDeviceFree <= maxBytes && t.MinTimeUS >= 0 && t.MaxTimeUS <= maxTime &&
+			!t.SizeSumOverflow && t.SizeSum <= maxTraceBytes-*total {
+			*total += t.SizeSum
+			return nil
+		}
+		break
+	}
+	return checkEvents(evs, total)
+}
+
 // checkEvents refuses event values no allocator produces, so that no sum or difference an
 // analysis computes over a trace can overflow: sizes within maxBytes, times within maxTime,
 // and the file's event sizes together within maxTraceBytes (total carries that sum across
@@ -845,36 +865,36 @@ func computeCaps(s *snapshot.Snapshot) {
 	}
 	// Blocks allocated in the trace and not yet completely freed: a free of anything else, or
 	// a live block at the end that is not among them, means the trace misses its beginning.
+	// The trace's tally (see snapshot.TraceTally) has followed them, and the stacks events name.
 	wrapped := false
 	for dev, evs := range s.DeviceTraces {
 		x := s.TraceIndex(dev)
-		inTrace := make([]bool, len(x.Blocks))
+		t := &x.Tally
 		// A trace is history over time: one event (the max_entries=1 "state only" pattern) is not.
-		state := 0
-		for _, e := range evs {
-			if e.Action != snapshot.ActionSnapshot {
-				if state++; state >= 2 {
-					c.HasTrace = true
-					break
-				}
-			}
+		if int64(len(evs))-t.Actions[snapshot.ActionSnapshot] >= 2 {
+			c.HasTrace = true
 		}
 		if ringBufferWrapped(evs, c.MaxEntries) {
 			wrapped = true
 		}
-		for i, e := range evs {
-			note(e.Stack)
-			switch e.Action {
-			case snapshot.ActionAlloc:
-				inTrace[x.Slot[i]] = true
-				c.FramesOnAllocs = c.FramesOnAllocs || nonEmpty(e.Stack)
-			case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-				c.FramesOnFrees = c.FramesOnFrees || nonEmpty(e.Stack)
-				if !inTrace[x.Slot[i]] {
-					c.TraceIncomplete = true
+		c.TraceIncomplete = c.TraceIncomplete || t.FreeBeforeAlloc
+		if n, complete := t.StacksNamed(); complete {
+			for id := 1; id < min(n, len(s.Stacks)); id++ {
+				named, alloc, free := t.StackUse(snapshot.StackID(id))
+				if named {
+					note(snapshot.StackID(id))
 				}
-				if e.Action == snapshot.ActionFreeCompleted {
-					inTrace[x.Slot[i]] = false
+				c.FramesOnAllocs = c.FramesOnAllocs || alloc
+				c.FramesOnFrees = c.FramesOnFrees || free
+			}
+		} else { // stack ids beyond what the tally records: count them here
+			for _, e := range evs {
+				note(e.Stack)
+				switch e.Action {
+				case snapshot.ActionAlloc:
+					c.FramesOnAllocs = c.FramesOnAllocs || nonEmpty(e.Stack)
+				case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+					c.FramesOnFrees = c.FramesOnFrees || nonEmpty(e.Stack)
 				}
 			}
 		}
@@ -889,7 +909,7 @@ func computeCaps(s *snapshot.Snapshot) {
 				if b.State == snapshot.StateInactive {
 					continue
 				}
-				if id, ok := x.Block(b.Address); !ok || !inTrace[id] {
+				if id, ok := x.Block(b.Address); !ok || !t.AllocatedInTrace(id) {
 					c.TraceIncomplete = true
 				}
 			}

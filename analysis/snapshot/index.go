@@ -18,8 +18,10 @@ type TraceIndex struct {
 	// Blocks and Segments give each id's address.
 	Blocks   []uint64
 	Segments []uint64
-	blockID  addrTable
-	segID    addrTable
+	// Tally is what a pass over the trace in order finds (see TraceTally).
+	Tally   TraceTally
+	blockID addrTable
+	segID   addrTable
 	// The trace it indexes: its first event and length.
 	first *Event
 	n     int
@@ -78,6 +80,7 @@ func (b *TraceIndexer) Add(evs []Event) {
 			id = x.segID.add(e.Addr, &x.Segments)
 		}
 		x.Slot = append(x.Slot, id)
+		x.Tally.add(e, id)
 	}
 }
 
