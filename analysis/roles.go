@@ -350,7 +350,9 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	}
 	cur := phaseNone
 	pythonOnly := r.snap.Caps.PythonOnly
-	for i, ev := range d.evs {
+	phases := d.phases
+	for i := range d.evs {
+		ev := &d.evs[i] // not a copy: millions of events
 		if ev.Action == snapshot.ActionAlloc {
 			c, frame := r.stackCtx(ev.Stack)
 			p := phaseOfCtx(c)
@@ -373,7 +375,7 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 				d.countAlloc(ev.Stack)
 			}
 		}
-		d.phases[i] = cur
+		phases[i] = cur
 	}
 }
 
