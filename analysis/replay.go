@@ -914,6 +914,8 @@ func (c *stackRows) row(at *Attribution, cat string, stack snapshot.StackID, add
 type siteKeys struct {
 	ids  []SiteIdentity // by stack id + 1
 	keys []string
+	// The stack's row key (see rowKey) and the site key and category it was built from.
+	rows, rowSites, rowCats []string
 }
 
 func (c *siteKeys) siteKey(at Attribution, stack snapshot.StackID) string {
@@ -937,7 +939,22 @@ func (c *siteKeys) rowKey(at Attribution, stack snapshot.StackID) string {
 	if cat == CategoryUserContainer {
 		cat = CategoryOther
 	}
-	return c.siteKey(at, stack) + "\x00" + cat
+	site := c.siteKey(at, stack)
+	k := int(stack) + 1
+	if k < 0 {
+		return site + "\x00" + cat
+	}
+	if k >= len(c.rows) {
+		n := k + 1 - len(c.rows)
+		c.rows = append(c.rows, make([]string, n)...)
+		c.rowSites = append(c.rowSites, make([]string, n)...)
+		c.rowCats = append(c.rowCats, make([]string, n)...)
+	}
+	// Usually the very strings of the last block of this stack: equal at a glance.
+	if c.rows[k] == "" || c.rowSites[k] != site || c.rowCats[k] != cat {
+		c.rows[k], c.rowSites[k], c.rowCats[k] = site+"\x00"+cat, site, cat
+	}
+	return c.rows[k]
 }
 
 func sortSiteBytes(s []SiteBytes) {

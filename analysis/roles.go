@@ -428,7 +428,8 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 			survivors[b.run] = append(survivors[b.run], b.stack)
 		}
 	}
-	for i, ev := range d.evs {
+	for i := range d.evs {
+		ev := &d.evs[i] // not a copy: millions of events
 		cur := d.phases[i]
 		if cur != prev {
 			run, prev = run+1, cur

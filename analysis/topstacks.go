@@ -185,7 +185,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			var key string
 			switch opt.GroupBy {
 			case "site":
-				key = keys.siteKey(at, b.Stack)
+				key = keys.rowKey(at, b.Stack) // the site's key and the role: one row per role
 			case "stack":
 				key = fmt.Sprint(b.Stack)
 			case "file":
@@ -199,7 +199,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 					key += at.Site
 				}
 			}
-			if opt.GroupBy == "site" || opt.GroupBy == "stack" {
+			if opt.GroupBy == "stack" {
 				key += "\x00" + keys.rowKey(at, b.Stack) // one row per role: a site can hold activations and a workspace
 			}
 			g := groups[key]
