@@ -8,7 +8,8 @@
 #   memsnap summarize FILE --json >/dev/null
 #   python3 -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' FILE
 #   memsnap top-stacks | oom | fragmentation | replay FILE --json, memsnap diff FILE FILE --json
-# under /usr/bin/time -v, and times a cold and a warm MCP summarize call (bench/mcpbench).
+# under /usr/bin/time -v, each with the file in the page cache, and times a cold and a warm MCP
+# summarize call (bench/mcpbench).
 # It prints, per file, the median wall time and peak RSS of each, the ratios python/memsnap
 # side by side for both files, each command against summarize, and the MCP calls against the
 # CLI.
@@ -65,10 +66,13 @@ snapshot() {
 	echo "$file"
 }
 
-# measure OUT CMD...: runs CMD under /usr/bin/time -v, appends "seconds kbytes" to OUT.
+# measure OUT CMD...: runs CMD under /usr/bin/time -v, appends "seconds kbytes" to OUT. The
+# snapshot is read into the page cache first ($f: the file of the round): VMs drop cached file
+# pages under a run, and whichever tool came first after a drop paid the disk for the other.
 measure() {
 	local out=$1
 	shift
+	cat "$f" >/dev/null
 	if ! /usr/bin/time -v -o "$work/time.txt" "$@" >/dev/null 2>"$work/err.txt"; then
 		echo "loader.sh: failed: $*" >&2
 		cat "$work/err.txt" "$work/time.txt" >&2
@@ -120,6 +124,7 @@ for f in "${files[@]}"; do
 			esac
 		done
 		if [[ "$MCP" != 0 ]]; then
+			cat "$f" >/dev/null
 			"$work/mcpbench" -memsnap "$MEMSNAP" -n 5 "$f" >>"$d/mcp"
 		fi
 		echo "loader.sh: round $i: summarize $(tail -1 "$d/summarize"), python $(tail -1 "$d/python") (s, KiB)" >&2
