@@ -99,7 +99,7 @@ func (d *decoder) fastDict(buf []byte, pos int) int {
 			if buf[p+2] != '(' { // EMPTY_LIST MEMOIZE: an empty traceback
 				v, p = val{k: kStack, x: uint64(snapshot.EmptyStack)}, p+2
 			} else {
-				id, m, ok := d.lookupRun(buf[p+3:])
+				id, m, ok := d.lookupRunAt(buf, p+3)
 				if !ok {
 					return -1
 				}

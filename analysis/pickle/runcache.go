@@ -131,19 +131,9 @@ func (c *runCache) find(buf []byte, key uint64) (snapshot.StackID, int, bool) {
 	return 0, 0, false
 }
 
-// lookupRun finds the stack of a cached run at the start of buf (followed by its APPENDS),
-// changing nothing but the cache's order: the stack, the run's length, and whether it was
-// found.
-func (d *decoder) lookupRun(buf []byte) (snapshot.StackID, int, bool) {
-	c := d.runs
-	if c.off || len(buf) == 0 || buf[0]|2 != 'j' {
-		return 0, 0, false
-	}
-	return c.find(buf, c.runKey(buf))
-}
-
-// lookupRunAt is lookupRun for the run at buf[at:], taking its key from the run scanner when
-// it has it.
+// lookupRunAt finds the stack of a cached run at buf[at:] (followed by its APPENDS), changing
+// nothing but the cache's order: the stack, the run's length, and whether it was found. It
+// takes the run's key from the run scanner when it has it.
 func (d *decoder) lookupRunAt(buf []byte, at int) (snapshot.StackID, int, bool) {
 	c := d.runs
 	run := buf[at:]
@@ -174,7 +164,15 @@ func (d *decoder) cachedRun(lst *object) bool {
 	if len(buf) == 0 || buf[0]|2 != 'j' {
 		return false
 	}
-	key := c.runKey(buf)
+	key, ahead := uint64(0), false
+	if d.scan != nil {
+		key, ahead = d.scan.key(int(d.base) + d.pos)
+	}
+	if ahead {
+		d.keysAhead++
+	} else {
+		key = c.runKey(buf)
+	}
 	if id, n, ok := c.find(buf, key); ok {
 		lst.frames = append(lst.frames[:0], d.in.Stacks[id]...)
 		lst.hashedN = -1
