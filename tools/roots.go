@@ -21,6 +21,10 @@ import (
 type roots struct {
 	static        []string // absolute, symlinks resolved
 	clientRootsOn bool
+	// written holds the roots as given, absolute but through their symlinks (macOS's /tmp is
+	// /private/tmp): a path the agent writes under one passes the first, lexical check; the
+	// file it names must still lie under a resolved root.
+	written []string
 
 	mu      sync.Mutex
 	session map[string][]string // session id -> client roots (resolved)
@@ -41,6 +45,9 @@ func newRoots(dirs []string) (*roots, error) {
 			return nil, fmt.Errorf("root %s: %w", d, err)
 		}
 		r.static = append(r.static, abs)
+		if w, err := filepath.Abs(d); err == nil && w != abs {
+			r.written = append(r.written, w)
+		}
 	}
 	return r, nil
 }
@@ -162,7 +169,9 @@ func (r *roots) resolve(ctx context.Context, path, field string) (string, error)
 		return userErrorf("%s %q is outside the directories this server may read (%s). Give a path under one of them, or restart `memsnap serve` with --root DIR for the directory that holds the snapshot",
 			field, arg, clip(strings.Join(allowed, ", "), 2*maxEchoedPath))
 	}
-	if !underAny(p, allowed) {
+	// First as written (no file system access for a path outside every root), then as the file
+	// system resolves it.
+	if !underAny(p, allowed) && !underAny(p, r.written) {
 		return "", outside()
 	}
 	real, err := filepath.EvalSymlinks(p)

@@ -361,3 +361,57 @@ func TestPromptsAndResources(t *testing.T) {
 		t.Errorf("section %+v", r)
 	}
 }
+
+// TestRootThroughSymlink: a root given through a symlink (macOS's /tmp is /private/tmp)
+// accepts the paths an agent writes through it, resolved; a symlink out of it is still
+// refused, and so is a path outside it.
+func TestRootThroughSymlink(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{real, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{filepath.Join(real, "snap.pickle"), filepath.Join(outside, "secret.pickle")} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "secret.pickle"), filepath.Join(real, "escape.pickle")); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := newRoots([]string{link})
+	if err != nil {
+		t.Fatal(err)
+	}
+	realDir, _ := filepath.EvalSymlinks(real)
+	ctx := context.Background()
+	for _, c := range []struct {
+		path, want, err string
+	}{
+		{filepath.Join(link, "snap.pickle"), filepath.Join(realDir, "snap.pickle"), ""},
+		{"snap.pickle", filepath.Join(realDir, "snap.pickle"), ""},
+		{filepath.Join(realDir, "snap.pickle"), filepath.Join(realDir, "snap.pickle"), ""},
+		{filepath.Join(link, "escape.pickle"), "", "outside the directories"},
+		{filepath.Join(link, "..", "outside", "secret.pickle"), "", "outside the directories"},
+		{filepath.Join(outside, "secret.pickle"), "", "outside the directories"},
+		{filepath.Join(link, "missing.pickle"), "", "no such file"},
+	} {
+		got, err := rs.resolve(ctx, c.path, "path")
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %q, %v; want an error saying %q", c.path, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.path, got, err, c.want)
+		}
+	}
+}
