@@ -105,11 +105,17 @@ func scanRun(buf []byte) int {
 func (c *runCache) runKey(buf []byte) uint64 { return runKeyOf(c.seed, buf) }
 
 func runKeyOf(seed maphash.Seed, buf []byte) uint64 {
+	key, _ := runKeyAndEnd(seed, buf)
+	return key
+}
+
+// runKeyAndEnd is runKeyOf with the number of bytes it hashed (up to the first 'e').
+func runKeyAndEnd(seed maphash.Seed, buf []byte) (uint64, int) {
 	q := bytes.IndexByte(buf[:min(len(buf), maxRunBytes+1)], 'e')
 	if q < 0 {
 		q = min(len(buf), maxRunBytes+1)
 	}
-	return maphash.Bytes(seed, buf[:q])
+	return maphash.Bytes(seed, buf[:q]), q
 }
 
 // find looks up the cached run that buf starts with (followed by APPENDS), key its runKey:

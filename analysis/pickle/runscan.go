@@ -99,8 +99,13 @@ func (s *runScanner) scan() {
 			}
 			at += k + 3
 			if at < len(s.input) && s.input[at]|2 == 'j' {
+				key, q := runKeyAndEnd(s.seed, s.input[at:])
 				ch.pos = append(ch.pos, at)
-				ch.keys = append(ch.keys, runKeyOf(s.seed, s.input[at:]))
+				ch.keys = append(ch.keys, key)
+				// The search goes on past the bytes just hashed: a run's memo references hold
+				// no other run (and a start found inside anything else only costs a key the
+				// decoder then works out itself).
+				at += q
 			}
 		}
 		select {
