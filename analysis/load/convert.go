@@ -853,9 +853,9 @@ func computeCaps(s *snapshot.Snapshot) {
 			anyPy = anyPy || py[id]
 		}
 	}
-	for _, seg := range s.Segments {
-		for _, b := range seg.Blocks {
-			if b.State != snapshot.StateInactive {
+	for si := range s.Segments {
+		for bi := range s.Segments[si].Blocks {
+			if b := &s.Segments[si].Blocks[bi]; b.State != snapshot.StateInactive {
 				if nonEmpty(b.Stack) {
 					c.FramesOnBlocks = true
 				}
@@ -898,19 +898,23 @@ func computeCaps(s *snapshot.Snapshot) {
 				}
 			}
 		}
-		if !c.HasTrace {
-			continue
+		if !c.HasTrace || c.TraceIncomplete {
+			continue // (once incomplete, nothing below changes it)
 		}
-		for _, seg := range s.Segments {
+	blocks:
+		for si := range s.Segments {
+			seg := &s.Segments[si]
 			if seg.Device != dev {
 				continue
 			}
-			for _, b := range seg.Blocks {
+			for bi := range seg.Blocks {
+				b := &seg.Blocks[bi]
 				if b.State == snapshot.StateInactive {
 					continue
 				}
 				if id, ok := x.Block(b.Address); !ok || !t.AllocatedInTrace(id) {
 					c.TraceIncomplete = true
+					break blocks
 				}
 			}
 		}
