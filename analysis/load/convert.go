@@ -111,6 +111,8 @@ func typeName(v any) string {
 		return "frames list"
 	case pickle.EventList:
 		return "trace list"
+	case *pickle.Block:
+		return "block dict"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -336,7 +338,7 @@ func (c *converter) segment(v any, format *snapshot.Format) (snapshot.Segment, e
 // block reads one block: already typed by the fast pickle path, or a plain dict. A block
 // without an address (PyTorch 2.0) sits right after the previous one (next).
 func (c *converter) block(bv any, next uint64, format *snapshot.Format) (snapshot.Block, error) {
-	if pb, ok := bv.(pickle.Block); ok {
+	if pb, ok := bv.(*pickle.Block); ok {
 		b := pb.Block
 		if !pb.HasAddress {
 			b.Address = next

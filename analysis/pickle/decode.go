@@ -3,7 +3,7 @@
 // writer's torch.jit._pickle.restore_type_tag, treated as the identity), and reduces the hot
 // parts of a snapshot as they stream past: frame dicts become interned frame ids, frames lists
 // become interned stack ids, trace event dicts become typed snapshot.Event values (EventList)
-// and block dicts typed blocks (Block). The memo is a fast path: a frames list referenced again
+// and block dicts typed blocks (*Block). The memo is a fast path: a frames list referenced again
 // is resolved to its stack id without re-reading. Everything else (segments, settings,
 // annotations) comes out as a plain value tree (map[string]any, []any, string, int64, uint64,
 // *big.Int, float64, bool, nil) for the loader. Protocols 0 to 5 are read.

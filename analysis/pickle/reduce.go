@@ -343,7 +343,8 @@ func (d *decoder) stackOf(v val) (val, bool) {
 	return val{k: kStack, x: uint64(d.in.Stack(ids))}, true
 }
 
-// Block is a segment's block dict, typed while decoding. HasAddress is false for PyTorch 2.0
+// Block is a segment's block dict, typed while decoding (the tree holds a *Block, shared by
+// every reference to the dict, and read only). HasAddress is false for PyTorch 2.0
 // blocks (the loader places them after the previous block); Legacy says the frames came from
 // the 2.0 history list.
 type Block struct {
@@ -772,7 +773,7 @@ func (d *decoder) toTree(v val, depth int) (any, error) {
 			return t, nil
 		}
 		d.values++
-		t := any(d.blocks.at(v.x))
+		t := any(d.blocks.at(v.x)) // a pointer: no copy of the block on the heap
 		d.blockTree[v.x] = t
 		return t, nil
 	case kFrame, kEvent:
@@ -894,4 +895,5 @@ func (s *blockStore) add(b Block) uint64 {
 	return s.n - 1
 }
 
-func (s *blockStore) at(i uint64) Block { return s.chunks[i/blockChunk][i%blockChunk] }
+// at returns block i in place (chunks never move: each is made at its full capacity).
+func (s *blockStore) at(i uint64) *Block { return &s.chunks[i/blockChunk][i%blockChunk] }
