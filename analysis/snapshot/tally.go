@@ -10,15 +10,19 @@ type TraceTally struct {
 	Actions [256]int64
 	// Ranges of the values over all events, widened to take in zero; sizes apart for OOM
 	// events, whose failed request may be larger than anything allocated.
-	MinSize, MaxSize, MaxOOMSize    int64 // MinSize over all events, MaxSize over all but OOMs
-	MinDeviceFree, MaxDeviceFree    int64
-	MinTimeUS, MaxTimeUS            int64
-	SizeSum                         int64 // of all but OOMs
-	SizeSumOverflow                 bool  // SizeSum went past the int64 range (or a size was negative)
-	OddAllocSize                    bool  // an alloc's size is not a multiple of 512 (requested bytes)
-	FreeBeforeAlloc                 bool  // a free of a block the trace had not allocated (or had freed)
-	stackUse                        []uint8
-	stackUseOverflow                bool
+	MinSize, MaxSize, MaxOOMSize int64 // MinSize over all events, MaxSize over all but OOMs
+	MinDeviceFree, MaxDeviceFree int64
+	MinTimeUS, MaxTimeUS         int64
+	SizeSum                      int64 // of all but OOMs
+	SizeSumOverflow              bool  // SizeSum went past the int64 range (or a size was negative)
+	OddAllocSize                 bool  // an alloc's size is not a multiple of 512 (requested bytes)
+	FreeBeforeAlloc              bool  // a free of a block the trace had not allocated (or had freed)
+	// What events name each stack (stackBy* bits, by stack id), and whether an id was beyond
+	// maxStackUse.
+	stackUse         []uint8
+	stackUseOverflow bool
+	// The trace replayed block by block (by TraceIndex block id) and segment by segment: the
+	// running sums and their peaks (see Peaks).
 	blocks                          []blockTally
 	running, before, peakRunning    int64
 	segRunning, segNet, peakSegment int64
@@ -31,8 +35,8 @@ const (
 	stackByFree
 )
 
-// maxStackUse bounds the stack ids the tally records (ids are dense: a file with more stacks
-// than this has the callers count them themselves, see StackUse).
+// maxStackUse bounds the stack ids the tally records (ids are dense: for a file with more
+// stacks than this the callers count them themselves, see StacksNamed).
 const maxStackUse = 1 << 24
 
 // blockTally is one block address's state as the trace replays: the size of its last alloc (or
