@@ -410,20 +410,18 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		}
 		lastState := -1
 		var ooms []int
-		mapped := false // a segment_map or segment_unmap: expandable segments (as usesExpandableState)
 		for i := range evs {
 			switch a := evs[i].Action; {
 			case a == snapshot.ActionOOM:
 				ooms = append(ooms, i)
 			case isStateEvent(a):
 				lastState = i
-				mapped = mapped || a == snapshot.ActionSegmentMap || a == snapshot.ActionSegmentUnmap
 			}
 		}
 		if len(ooms) == 0 {
 			continue
 		}
-		expandable := mapped || usesExpandableState(snap, dev)
+		expandable := usesExpandable(snap, dev)
 		var e *engine
 		for _, idx := range ooms {
 			ev := evs[idx]
@@ -516,7 +514,7 @@ func startOOMWhatIfs(ctx context.Context, snap *snapshot.Snapshot) *oomWhatIfs {
 	go func() {
 		defer close(w.done)
 		for dev, evs := range snap.DeviceTraces {
-			if hasOOM(evs) {
+			if len(evs) > 0 && snap.TraceIndex(dev).Tally.Actions[snapshot.ActionOOM] > 0 {
 				if err := ctx.Err(); err != nil {
 					w.err[dev] = err
 				} else {
@@ -541,21 +539,13 @@ func (w *oomWhatIfs) stop(cancel context.CancelFunc) {
 	<-w.done
 }
 
-// hasOOM reports whether the trace holds an oom event. It looks from the end, where a program
-// that runs out of memory usually stops.
-func hasOOM(evs []snapshot.Event) bool {
-	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Action == snapshot.ActionOOM {
-			return true
-		}
-	}
-	return false
-}
-
-// usesExpandableState reports whether the settings or the segments of device dev say it uses
-// expandable segments (so do segment_map and segment_unmap events in its trace).
-func usesExpandableState(snap *snapshot.Snapshot, dev int) bool {
+// usesExpandable reports whether device dev uses expandable segments: the settings, its
+// segments or segment_map and segment_unmap events in its trace say so.
+func usesExpandable(snap *snapshot.Snapshot, dev int) bool {
 	if snap.Settings.ExpandableSegments {
+		return true
+	}
+	if a := &snap.TraceIndex(dev).Tally.Actions; a[snapshot.ActionSegmentMap]+a[snapshot.ActionSegmentUnmap] > 0 {
 		return true
 	}
 	for si := range snap.Segments {

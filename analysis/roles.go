@@ -286,15 +286,7 @@ func (r *Roles) device(dev int) *deviceRoles {
 	d := &deviceRoles{dev: dev}
 	r.devs[dev] = d
 	d.evs = r.traceOf(dev)
-	state := 0 // one event (the max_entries=1 "state only" pattern) is not a trace
-	for _, ev := range d.evs {
-		if ev.Action != snapshot.ActionSnapshot {
-			if state++; state >= 2 {
-				d.hasTrace = true
-				break
-			}
-		}
-	}
+	d.hasTrace = snapshot.IsHistory(d.evs)
 	if d.hasTrace {
 		r.phasePass(dev, d)
 	}

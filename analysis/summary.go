@@ -136,13 +136,9 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 		var (
 			workload, evidence string
 			ds                 DeviceSummary
-			err                error
 		)
 		alongside(func() { workload, evidence = roles.Workload(d) },
-			func() { ds, err = summarizeDevice(ctx, snap, d, opt) })
-		if err != nil {
-			return nil, err
-		}
+			func() { ds = summarizeDevice(snap, d, opt) })
 		ds.Workload, ds.WorkloadEvidence = workload, evidence
 		s.Devices = append(s.Devices, ds)
 		s.Totals.add(ds.MemoryTotals)
@@ -176,7 +172,7 @@ func deviceImbalance(devs []DeviceSummary) []string {
 		topDev, FormatBytes(top), FormatBytes(second))}
 }
 
-func summarizeDevice(ctx context.Context, snap *snapshot.Snapshot, dev int, opt SummaryOptions) (DeviceSummary, error) {
+func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) DeviceSummary {
 	ds := DeviceSummary{Device: dev, Pools: []PoolSummary{}}
 	type key struct {
 		pool   snapshot.PoolID
@@ -252,7 +248,7 @@ func summarizeDevice(ctx context.Context, snap *snapshot.Snapshot, dev int, opt 
 	ds.Trace.Incomplete = snap.Caps.TraceIncomplete
 	peaks := replayPeaks(snap, dev)
 	ds.Trace.PeakAllocatedBytes, ds.Trace.PeakReservedBytes = peaks.allocated, peaks.reserved
-	return ds, nil
+	return ds
 }
 
 func sortedKeys(m map[string]int64) []string {

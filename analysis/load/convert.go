@@ -872,8 +872,7 @@ func computeCaps(s *snapshot.Snapshot) {
 	for dev, evs := range s.DeviceTraces {
 		x := s.TraceIndex(dev)
 		t := &x.Tally
-		// A trace is history over time: one event (the max_entries=1 "state only" pattern) is not.
-		if int64(len(evs))-t.Actions[snapshot.ActionSnapshot] >= 2 {
+		if snapshot.IsHistory(evs) {
 			c.HasTrace = true
 		}
 		if ringBufferWrapped(evs, c.MaxEntries) {

@@ -41,6 +41,20 @@ func (x *TraceIndex) Indexes(evs []Event) bool {
 	return x.n == len(evs) && x.first == &evs[0]
 }
 
+// IsHistory reports whether a trace records history over time: two events or more besides
+// snapshot ones (one event, the max_entries=1 "state only" pattern, is not).
+func IsHistory(evs []Event) bool {
+	n := 0
+	for i := range evs {
+		if evs[i].Action != ActionSnapshot {
+			if n++; n >= 2 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // BlockEvent reports whether an action's address is a block's (alloc and frees).
 func BlockEvent(a Action) bool {
 	return a == ActionAlloc || a == ActionFreeRequested || a == ActionFreeCompleted
