@@ -23,29 +23,31 @@ type bwRun struct {
 	finished   bool // no OOM inside it (an OOM in backward unwinds the pass instead of ending it)
 }
 
-// backwardRuns lists the backward passes of d's trace (once).
+// backwardRuns lists the backward passes of d's trace (once; safe on any goroutine).
 func (d *deviceRoles) backwardRuns() []bwRun {
-	if d.bwRuns != nil || !d.hasTrace {
-		return d.bwRuns
+	if !d.hasTrace {
+		return nil
 	}
-	d.bwRuns = []bwRun{}
-	open := -1
-	for i, p := range d.phases {
-		if p == phaseBackward && open < 0 {
-			open = i
-			d.bwRuns = append(d.bwRuns, bwRun{start: i, finished: true})
-		}
-		if p != phaseBackward && open >= 0 {
-			open = -1
-		}
-		if open >= 0 {
-			last := &d.bwRuns[len(d.bwRuns)-1]
-			last.end = i
-			if d.evs[i].Action == snapshot.ActionOOM {
-				last.finished = false
+	d.bwOnce.Do(func() {
+		d.bwRuns = []bwRun{}
+		open := -1
+		for i, p := range d.phases {
+			if p == phaseBackward && open < 0 {
+				open = i
+				d.bwRuns = append(d.bwRuns, bwRun{start: i, finished: true})
+			}
+			if p != phaseBackward && open >= 0 {
+				open = -1
+			}
+			if open >= 0 {
+				last := &d.bwRuns[len(d.bwRuns)-1]
+				last.end = i
+				if d.evs[i].Action == snapshot.ActionOOM {
+					last.finished = false
+				}
 			}
 		}
-	}
+	})
 	return d.bwRuns
 }
 

@@ -1032,10 +1032,15 @@ func replayDevice(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, op
 	}
 	seed, e, r, w := rw.seed, rw.e, rw.r, rw.w
 	rw.frees.finish(roles, dev, e, limit)
-	if err := explainPeak(ctx, seed, e, roles, dev, r, w.after, limit); err != nil {
+	// The peak's sites and the steps read the walk and the roles only, and fill different
+	// fields of r: they run side by side (the roles' caches take locks).
+	var steps sync.WaitGroup
+	steps.Go(func() { replaySteps(roles, dev, e, r, w, limit) })
+	err = explainPeak(ctx, seed, e, roles, dev, r, w.after, limit)
+	steps.Wait()
+	if err != nil {
 		return nil, err
 	}
-	replaySteps(roles, dev, e, r, w, limit)
 	r.SegmentBursts = []SegmentBurst{}
 	if w.releases > 0 { // segmentBursts reads every event to find none
 		r.SegmentBursts = segmentBursts(snap, roles, dev)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -16,12 +17,13 @@ import (
 // allocation, whether it outlived that phase, and where steps begin. Every analysis reads its
 // roles from here, so a block has the same role in every answer.
 type Roles struct {
-	snap   *snapshot.Snapshot
-	a      *Attributor
-	devs   map[int]*deviceRoles
-	params map[devSize]string // a live parameter site per (device, block size)
-	ctxs   []int8             // stack id + 1 -> context + 1 (0: not yet classified)
-	attrs  *attrTable
+	snap       *snapshot.Snapshot
+	a          *Attributor
+	devs       map[int]*deviceRoles
+	params     map[devSize]string // a live parameter site per (device, block size), once paramsOnce has run
+	paramsOnce sync.Once
+	ctxs       []int8 // stack id + 1 -> context + 1 (0: not yet classified)
+	attrs      *attrTable
 }
 
 type devSize struct {
@@ -72,10 +74,13 @@ type deviceRoles struct {
 	runStarts  []int            // first event of each phase run
 	runPhases  []phase          // phase of each run
 	retained   map[int32]bool   // forward runs whose graph outlived the backward pass after them
-	// refined[id+1] is refine's answer for a stack, when isRefined[id+1].
+	// refined[id+1] is refine's answer for a stack, when isRefined[id+1] (both under refineMu:
+	// replay reads roles on two goroutines).
 	refined   []Attribution
 	isRefined []bool
-	bwRuns    []bwRun // the backward passes (see backwardRuns), nil until first needed
+	refineMu  sync.Mutex
+	bwRuns    []bwRun // the backward passes (see backwardRuns), once bwOnce has run
+	bwOnce    sync.Once
 }
 
 // fate is how one allocation ended, relative to the phase run that made it.
@@ -641,24 +646,23 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 }
 
 func (r *Roles) paramSizes() map[devSize]string {
-	if r.params != nil {
-		return r.params
-	}
-	r.params = map[devSize]string{}
-	for si := range r.snap.Segments {
-		s := &r.snap.Segments[si]
-		for _, b := range s.Blocks {
-			if b.State != snapshot.StateActiveAllocated || b.Stack <= snapshot.EmptyStack {
-				continue
-			}
-			if at := r.attr(b.Stack); at.ctx == ctxParameter {
-				k := devSize{s.Device, b.Size}
-				if _, ok := r.params[k]; !ok {
-					r.params[k] = at.Site
+	r.paramsOnce.Do(func() {
+		r.params = map[devSize]string{}
+		for si := range r.snap.Segments {
+			s := &r.snap.Segments[si]
+			for _, b := range s.Blocks {
+				if b.State != snapshot.StateActiveAllocated || b.Stack <= snapshot.EmptyStack {
+					continue
+				}
+				if at := r.attr(b.Stack); at.ctx == ctxParameter {
+					k := devSize{s.Device, b.Size}
+					if _, ok := r.params[k]; !ok {
+						r.params[k] = at.Site
+					}
 				}
 			}
 		}
-	}
+	})
 	return r.params
 }
 
@@ -671,6 +675,8 @@ func (r *Roles) refine(d *deviceRoles, at Attribution, id snapshot.StackID) Attr
 	if k < 0 || k >= len(r.snap.Stacks)+1 {
 		return r.refineStack(d, at, id)
 	}
+	d.refineMu.Lock()
+	defer d.refineMu.Unlock()
 	if d.refined == nil {
 		d.refined = make([]Attribution, len(r.snap.Stacks)+1)
 		d.isRefined = make([]bool, len(r.snap.Stacks)+1)
@@ -812,17 +818,18 @@ func stepsSpanned(starts []int, idxs []int) int {
 // attributes the stacks it needs as it meets them (a trace meets them roughly in id order),
 // the helpers take the others from the last id down, and each stack is attributed once, by
 // whichever claims it first. attribute only reads the Attributor and the frame table, so the
-// helpers never touch its cache; the caller's goroutine records each stack there once.
+// helpers never touch its cache; get records each stack there once, under mu: the analyses
+// that read roles on two goroutines at once (replay's peak and steps) may both call get.
 type attrTable struct {
 	snap   *snapshot.Snapshot
 	a      *Attributor
 	frames *frameTable   // filled before the helpers start: they only read it
 	vals   []Attribution // by stack id + 1; vals[k] is written once, by whoever claimed k
-	// state[k]: 0 unclaimed, 1 being attributed, 2 done (vals[k] set).
+	// state[k]: 0 unclaimed, 1 being attributed, 2 done (vals[k] set), 3 done and recorded
+	// in the Attributor's cache.
 	state []atomic.Uint32
 	next  atomic.Int64 // the helpers take ids from len(vals)-1 down
-	// Owned by the caller's goroutine: which stacks it has recorded in the Attributor's cache.
-	recorded []bool
+	mu    sync.Mutex   // guards the Attributor's cache
 }
 
 // attrHelpers is how many goroutines fill an attribution table: the cores beyond the
@@ -833,7 +840,7 @@ func newAttrTable(snap *snapshot.Snapshot, a *Attributor) *attrTable {
 	n := len(snap.Stacks) + 1
 	frames := a.frames(snap)
 	frames.fill(a, snap)
-	t := &attrTable{snap: snap, a: a, frames: frames, vals: make([]Attribution, n), state: make([]atomic.Uint32, n), recorded: make([]bool, n)}
+	t := &attrTable{snap: snap, a: a, frames: frames, vals: make([]Attribution, n), state: make([]atomic.Uint32, n)}
 	t.next.Store(int64(n - 1))
 	if n > 64 {
 		for range attrHelpers() {
@@ -868,23 +875,26 @@ func (t *attrTable) help() {
 	}
 }
 
-// get returns the attribution of stack id (on the caller's goroutine only).
+// get returns the attribution of stack id (safe on any goroutine).
 func (t *attrTable) get(id snapshot.StackID) Attribution {
 	k := int(id) + 1
 	if k < 0 || k >= len(t.vals) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		return t.a.Attribute(t.snap, id)
 	}
-	if t.state[k].Load() != 2 && !t.claim(k) {
-		for t.state[k].Load() != 2 { // a helper is on it: it takes as long as doing it here
+	if t.state[k].Load() < 2 && !t.claim(k) {
+		for t.state[k].Load() < 2 { // a helper is on it: it takes as long as doing it here
 			runtime.Gosched()
 		}
 	}
 	at := t.vals[k]
-	if !t.recorded[k] {
-		t.recorded[k] = true
+	if t.state[k].Load() == 2 && t.state[k].CompareAndSwap(2, 3) {
+		t.mu.Lock()
 		if _, ok := t.a.cache[attrKey{t.snap, id}]; !ok {
 			t.a.cache[attrKey{t.snap, id}] = at
 		}
+		t.mu.Unlock()
 	}
 	return at
 }
