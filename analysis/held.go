@@ -29,23 +29,22 @@ func (d *deviceRoles) backwardRuns() []bwRun {
 		return nil
 	}
 	d.bwOnce.Do(func() {
+		// The backward runs among the phase runs phasePass listed.
 		d.bwRuns = []bwRun{}
-		open := -1
-		for i, p := range d.phases {
-			if p == phaseBackward && open < 0 {
-				open = i
-				d.bwRuns = append(d.bwRuns, bwRun{start: i, finished: true})
+		ooms := d.ooms // in order, as the runs are
+		for k, p := range d.runPhases {
+			if p != phaseBackward {
+				continue
 			}
-			if p != phaseBackward && open >= 0 {
-				open = -1
+			run := bwRun{start: d.runStarts[k], end: len(d.phases) - 1, finished: true}
+			if k+1 < len(d.runStarts) {
+				run.end = d.runStarts[k+1] - 1
 			}
-			if open >= 0 {
-				last := &d.bwRuns[len(d.bwRuns)-1]
-				last.end = i
-				if d.evs[i].Action == snapshot.ActionOOM {
-					last.finished = false
-				}
+			for len(ooms) > 0 && ooms[0] < run.start {
+				ooms = ooms[1:]
 			}
+			run.finished = len(ooms) == 0 || ooms[0] > run.end
+			d.bwRuns = append(d.bwRuns, run)
 		}
 	})
 	return d.bwRuns

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +94,59 @@ func TestOptimizerAdvice(t *testing.T) {
 			}
 			if !strings.Contains(got, tc.want) || !strings.Contains(got, "4.0 GiB at event 1843; 3.0 GiB outside optimizer steps") {
 				t.Fatalf("advice %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPhaseRunsAndBackwardPasses: phasePass lists the phase runs and the oom events as it goes,
+// and backwardRuns reads the backward passes off them: each pass ends at its last backward
+// event, and one with an oom event inside is not finished (the OOM unwound it).
+func TestPhaseRunsAndBackwardPasses(t *testing.T) {
+	const (
+		train = "/work/proj/train.py:40:main"
+		model = "/work/proj/model.py:12:forward"
+		bw    = "/usr/lib/python3/site-packages/torch/autograd/graph.py:825:_engine_run_backward"
+	)
+	// Stack ids in order (0 is the empty stack): 1 forward, 2 backward.
+	snap := heldStacks(t, []string{train, model}, []string{train, bw})
+	const fwd, back = snapshot.StackID(1), snapshot.StackID(2)
+	alloc := func(s snapshot.StackID) snapshot.Event {
+		return snapshot.Event{Action: snapshot.ActionAlloc, Stack: s, Size: 512, Addr: 1 << 20}
+	}
+	oom := snapshot.Event{Action: snapshot.ActionOOM, Stack: back, Size: 1 << 30}
+	free := snapshot.Event{Action: snapshot.ActionFreeCompleted, Size: 512, Addr: 1 << 20, Stack: snapshot.NoStack}
+	cases := []struct {
+		name      string
+		evs       []snapshot.Event
+		runStarts []int
+		runPhases []phase
+		passes    []bwRun
+	}{
+		{"two passes, the second unwound by an OOM",
+			[]snapshot.Event{alloc(fwd), free, alloc(back), free, alloc(fwd), alloc(back), oom, free, alloc(fwd)},
+			[]int{0, 0, 2, 4, 5, 8}, []phase{phaseNone, phaseForward, phaseBackward, phaseForward, phaseBackward, phaseForward},
+			[]bwRun{{start: 2, end: 3, finished: true}, {start: 5, end: 7, finished: false}}},
+		{"the trace ends in backward; an OOM before it",
+			[]snapshot.Event{free, oom, alloc(fwd), alloc(back), free},
+			[]int{0, 2, 3}, []phase{phaseNone, phaseForward, phaseBackward},
+			[]bwRun{{start: 3, end: 4, finished: true}}},
+		{"no backward",
+			[]snapshot.Event{alloc(fwd), free, alloc(fwd)},
+			[]int{0, 0}, []phase{phaseNone, phaseForward}, []bwRun{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := *snap
+			s.DeviceTraces = [][]snapshot.Event{tc.evs}
+			s.Caps.HasTrace = true
+			r := rolesWith(&s, DefaultAttributor())
+			d := r.device(0)
+			if !slices.Equal(d.runStarts, tc.runStarts) || !slices.Equal(d.runPhases, tc.runPhases) {
+				t.Fatalf("runs start %v in phases %v, want %v in %v", d.runStarts, d.runPhases, tc.runStarts, tc.runPhases)
+			}
+			if got := d.backwardRuns(); !slices.Equal(got, tc.passes) {
+				t.Errorf("backward passes %+v, want %+v", got, tc.passes)
 			}
 		})
 	}

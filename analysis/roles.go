@@ -68,11 +68,17 @@ type deviceRoles struct {
 	evidence      string
 	// lifetimes (see Roles.lifetimes), nil until first needed
 	stats      []lifeStats      // by stack id + 1 (NoStack is -1)
-	finalAlloc map[uint64]int   // address of a block alive at the end -> its alloc event
-	preFree    map[uint64]phase // address of a block alive before the trace -> phase of its free
+	// By the trace index's block id (slices, not maps keyed by address: top-stacks asks for
+	// every block of the file): the alloc event of a block alive at the end (-1: none), and
+	// for a block alive before the trace, the phase of its first free (preFreed says which).
+	index      *snapshot.TraceIndex
+	finalAlloc []int32
+	preFree    []phase
+	preFreed   []bool
 	fates      []fate           // per alloc event: how that allocation ended
-	runStarts  []int            // first event of each phase run
-	runPhases  []phase          // phase of each run
+	runStarts  []int            // first event of each phase run (phasePass)
+	runPhases  []phase          // phase of each run (phasePass)
+	ooms       []int            // the oom events (phasePass)
 	retained   map[int32]bool   // forward runs whose graph outlived the backward pass after them
 	// refined[id+1] is refine's answer for a stack, when isRefined[id+1] (both under refineMu:
 	// replay reads roles on two goroutines).
@@ -146,6 +152,30 @@ func (r *Roles) deviceLifetimes(dev int) *deviceRoles {
 	return d
 }
 
+// finalAllocOf is the alloc event of the block alive at addr at the end of the trace, -1
+// when the trace did not allocate it (or lifetimes were not computed: no trace).
+func (d *deviceRoles) finalAllocOf(addr uint64) int {
+	if d.index == nil {
+		return -1
+	}
+	if id, ok := d.index.Block(addr); ok {
+		return int(d.finalAlloc[id])
+	}
+	return -1
+}
+
+// preFreePhase is the phase in which the trace first freed the block at addr that was alive
+// before it, and whether it did.
+func (d *deviceRoles) preFreePhase(addr uint64) (phase, bool) {
+	if d.index == nil {
+		return phaseNone, false
+	}
+	if id, ok := d.index.Block(addr); ok && d.preFreed[id] {
+		return d.preFree[id], true
+	}
+	return phaseNone, false
+}
+
 // Block is the role of a block of the file's final state on device dev.
 func (r *Roles) Block(dev int, b snapshot.Block) Attribution {
 	at, _ := r.BlockInfo(dev, b)
@@ -156,8 +186,8 @@ func (r *Roles) Block(dev int, b snapshot.Block) Attribution {
 func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 	d := r.deviceLifetimes(dev)
 	idx := -1
-	if i, ok := d.finalAlloc[b.Address]; ok && b.State != snapshot.StateInactive {
-		idx = i
+	if b.State != snapshot.StateInactive {
+		idx = d.finalAllocOf(b.Address)
 	}
 	at := r.attr(b.Stack)
 	if at.ctx == ctxNone {
@@ -348,8 +378,16 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	cur := phaseNone
 	pythonOnly := r.snap.Caps.PythonOnly
 	phases := d.phases
+	// The phase runs (maximal stretches of events in one phase; the first, of no phase, may be
+	// empty), and the oom events: lifetimes and backwardRuns read them instead of passing over
+	// millions of events again.
+	d.runStarts, d.runPhases = []int{0}, []phase{phaseNone}
+	d.ooms = d.ooms[:0]
 	for i := range d.evs {
 		ev := &d.evs[i] // not a copy: millions of events
+		if ev.Action == snapshot.ActionOOM {
+			d.ooms = append(d.ooms, i)
+		}
 		if ev.Action == snapshot.ActionAlloc {
 			c, frame := r.stackCtx(ev.Stack)
 			p := phaseOfCtx(c)
@@ -371,6 +409,9 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 			} else {
 				d.countAlloc(ev.Stack)
 			}
+		}
+		if cur != d.runPhases[len(d.runPhases)-1] {
+			d.runStarts, d.runPhases = append(d.runStarts, i), append(d.runPhases, cur)
 		}
 		phases[i] = cur
 	}
@@ -402,7 +443,6 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		return
 	}
 	d.stats = make([]lifeStats, len(r.snap.Stacks)+1)
-	d.finalAlloc, d.preFree = map[uint64]int{}, map[uint64]phase{}
 	d.fates = make([]fate, len(d.evs))
 	type liveRec struct {
 		stack snapshot.StackID
@@ -415,8 +455,8 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 	// By the trace index's block id: the allocation alive at each address.
 	x := r.snap.TraceIndex(d.dev)
 	live := make([]liveRec, len(x.Blocks))
-	run, prev := int32(0), phaseNone
-	d.runStarts, d.runPhases = []int{0}, []phase{phaseNone}
+	d.finalAlloc, d.preFree, d.preFreed = make([]int32, len(x.Blocks)), make([]phase, len(x.Blocks)), make([]bool, len(x.Blocks))
+	run, prev := int32(0), phaseNone // the run of event i (phasePass listed the runs)
 	// survivors: per forward run, the stacks with allocations alive after the backward run that
 	// followed it.
 	survivors := map[int32][]snapshot.StackID{}
@@ -430,17 +470,17 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		cur := d.phases[i]
 		if cur != prev {
 			run, prev = run+1, cur
-			d.runStarts, d.runPhases = append(d.runStarts, i), append(d.runPhases, cur)
 		}
 		switch ev.Action {
 		case snapshot.ActionAlloc:
 			d.stat(ev.Stack).allocs++
 			live[x.Slot[i]] = liveRec{stack: ev.Stack, run: run, ph: cur, idx: int32(i), ok: true}
 		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-			b := &live[x.Slot[i]]
+			id := x.Slot[i]
+			b := &live[id]
 			if !b.ok {
-				if _, seen := d.preFree[ev.Addr]; !seen {
-					d.preFree[ev.Addr] = cur
+				if !d.preFreed[id] {
+					d.preFree[id], d.preFreed[id] = cur, true
 				}
 				continue
 			}
@@ -469,22 +509,23 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		}
 	}
 	for id, b := range live {
+		d.finalAlloc[id] = -1
 		if !b.ok || b.freed {
 			continue
 		}
-		addr := x.Blocks[id]
 		survived(b, run+1) // the trace's last run ended with it
 		s := d.stat(b.stack)
 		s.alive++
 		if b.ph == phaseBackward && b.run != run {
 			s.outlivedBw++
 		}
-		d.finalAlloc[addr] = int(b.idx)
+		d.finalAlloc[id] = b.idx
 	}
 	// A forward run whose per-layer activations (two or more blocks of one stack: the same line
 	// run once per layer) outlived the backward pass kept its whole graph: retain_graph=True, or a
 	// reference to the loss or outputs that holds a graph whose saved tensors backward did not
 	// free. One surviving block per stack is an output the caller holds, not a graph.
+	d.index = x // the lookups by address are ready
 	d.retained = map[int32]bool{}
 	for fwd, stacks := range survivors {
 		n := map[snapshot.StackID]int{}
@@ -758,7 +799,7 @@ func (r *Roles) frameless(dev int, d *deviceRoles, at Attribution, addr uint64, 
 		return at
 	}
 	paramSite, paramSized := r.paramSizes()[devSize{dev, size}]
-	freePhase, preFreed := d.preFree[addr]
+	freePhase, preFreed := d.preFreePhase(addr)
 	preFreed = preFreed && allocIdx < 0 && !aliveAtEnd
 	switch {
 	case allocIdx >= 0 && allocIdx < len(d.phases) && d.phases[allocIdx] == phaseBackward:
