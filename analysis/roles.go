@@ -62,12 +62,17 @@ type deviceRoles struct {
 	allocs        [4]int    // alloc events per phase
 	allocsByStack []int     // alloc events per stack id + 1 (NoStack is -1)
 	firstFrame    [4]string // the frame that first put the device in each phase
+	runStarts     []int     // first event of each phase run
+	runPhases     []phase   // phase of each run
+	ooms          []int     // the oom events
 	hasBackward   bool      // the trace or the live blocks show a backward pass
 	steps         StepInfo
 	workload      string
 	evidence      string
 	// lifetimes (see Roles.lifetimes), nil until first needed
-	stats      []lifeStats      // by stack id + 1 (NoStack is -1)
+	stats    []lifeStats    // by stack id + 1 (NoStack is -1)
+	fates    []fate         // per alloc event: how that allocation ended
+	retained map[int32]bool // forward runs whose graph outlived the backward pass after them
 	// By the trace index's block id (slices, not maps keyed by address: top-stacks asks for
 	// every block of the file): the alloc event of a block alive at the end (-1: none), and
 	// for a block alive before the trace, the phase of its first free (preFreed says which).
@@ -75,11 +80,6 @@ type deviceRoles struct {
 	finalAlloc []int32
 	preFree    []phase
 	preFreed   []bool
-	fates      []fate           // per alloc event: how that allocation ended
-	runStarts  []int            // first event of each phase run (phasePass)
-	runPhases  []phase          // phase of each run (phasePass)
-	ooms       []int            // the oom events (phasePass)
-	retained   map[int32]bool   // forward runs whose graph outlived the backward pass after them
 	// refined[id+1] is refine's answer for a stack, when isRefined[id+1] (both under refineMu:
 	// replay reads roles on two goroutines).
 	refined   []Attribution
