@@ -29,14 +29,15 @@ func (d *deviceRoles) backwardRuns() []bwRun {
 		return nil
 	}
 	d.bwOnce.Do(func() {
-		// The backward runs among the phase runs phasePass listed.
+		// The backward runs among the phase runs, and the oom events in them.
+		d.phaseRuns()
 		d.bwRuns = []bwRun{}
 		ooms := d.ooms // in order, as the runs are
 		for k, p := range d.runPhases {
 			if p != phaseBackward {
 				continue
 			}
-			run := bwRun{start: d.runStarts[k], end: len(d.phases) - 1, finished: true}
+			run := bwRun{start: d.runStarts[k], end: len(d.phases) - 1}
 			if k+1 < len(d.runStarts) {
 				run.end = d.runStarts[k+1] - 1
 			}

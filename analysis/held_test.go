@@ -99,9 +99,9 @@ func TestOptimizerAdvice(t *testing.T) {
 	}
 }
 
-// TestPhaseRunsAndBackwardPasses: phasePass lists the phase runs and the oom events as it goes,
-// and backwardRuns reads the backward passes off them: each pass ends at its last backward
-// event, and one with an oom event inside is not finished (the OOM unwound it).
+// TestPhaseRunsAndBackwardPasses: the phase runs, and the backward passes backwardRuns reads
+// off them and the trace's oom events: each pass ends at its last backward event, and one with
+// an oom event inside is not finished (the OOM unwound it).
 func TestPhaseRunsAndBackwardPasses(t *testing.T) {
 	const (
 		train = "/work/proj/train.py:40:main"
@@ -142,11 +142,12 @@ func TestPhaseRunsAndBackwardPasses(t *testing.T) {
 			s.Caps.HasTrace = true
 			r := rolesWith(&s, DefaultAttributor())
 			d := r.device(0)
+			passes := d.backwardRuns()
 			if !slices.Equal(d.runStarts, tc.runStarts) || !slices.Equal(d.runPhases, tc.runPhases) {
 				t.Fatalf("runs start %v in phases %v, want %v in %v", d.runStarts, d.runPhases, tc.runStarts, tc.runPhases)
 			}
-			if got := d.backwardRuns(); !slices.Equal(got, tc.passes) {
-				t.Errorf("backward passes %+v, want %+v", got, tc.passes)
+			if !slices.Equal(passes, tc.passes) {
+				t.Errorf("backward passes %+v, want %+v", passes, tc.passes)
 			}
 		})
 	}

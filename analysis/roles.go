@@ -62,13 +62,16 @@ type deviceRoles struct {
 	allocs        [4]int    // alloc events per phase
 	allocsByStack []int     // alloc events per stack id + 1 (NoStack is -1)
 	firstFrame    [4]string // the frame that first put the device in each phase
-	runStarts     []int     // first event of each phase run
-	runPhases     []phase   // phase of each run
 	ooms          []int     // the oom events
-	hasBackward   bool      // the trace or the live blocks show a backward pass
-	steps         StepInfo
-	workload      string
-	evidence      string
+	// The phase runs (maximal stretches of events in one phase; the first, of no phase, may
+	// be empty), once runsOnce has run (see phaseRuns).
+	runStarts   []int   // first event of each run
+	runPhases   []phase // phase of each run
+	runsOnce    sync.Once
+	hasBackward bool // the trace or the live blocks show a backward pass
+	steps       StepInfo
+	workload    string
+	evidence    string
 	// lifetimes (see Roles.lifetimes), nil until first needed
 	stats    []lifeStats    // by stack id + 1 (NoStack is -1)
 	fates    []fate         // per alloc event: how that allocation ended
@@ -361,6 +364,7 @@ func (r *Roles) stackCtx(id snapshot.StackID) (stackContext, string) {
 func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	d.phases = make([]phase, len(d.evs))
 	d.allocsByStack = make([]int, len(r.snap.Stacks)+1)
+	d.ooms = r.snap.TraceIndex(dev).Tally.OOMEvents
 	windows := optimizerWindows(r.snap, dev)
 	inWindow := func(t int64) bool {
 		for _, w := range windows {
@@ -378,16 +382,8 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	cur := phaseNone
 	pythonOnly := r.snap.Caps.PythonOnly
 	phases := d.phases
-	// The phase runs (maximal stretches of events in one phase; the first, of no phase, may be
-	// empty), and the oom events: lifetimes and backwardRuns read them instead of passing over
-	// millions of events again.
-	d.runStarts, d.runPhases = []int{0}, []phase{phaseNone}
-	d.ooms = d.ooms[:0]
 	for i := range d.evs {
 		ev := &d.evs[i] // not a copy: millions of events
-		if ev.Action == snapshot.ActionOOM {
-			d.ooms = append(d.ooms, i)
-		}
 		if ev.Action == snapshot.ActionAlloc {
 			c, frame := r.stackCtx(ev.Stack)
 			p := phaseOfCtx(c)
@@ -410,11 +406,24 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 				d.countAlloc(ev.Stack)
 			}
 		}
-		if cur != d.runPhases[len(d.runPhases)-1] {
-			d.runStarts, d.runPhases = append(d.runStarts, i), append(d.runPhases, cur)
-		}
 		phases[i] = cur
 	}
+}
+
+// phaseRuns lists the phase runs (once; safe on any goroutine): lifetimes and backwardRuns
+// read them. A pass over the phases alone, a byte an event, is cheaper than tracking runs in
+// phasePass, which every analysis waits for, or in each pass over the events.
+func (d *deviceRoles) phaseRuns() {
+	d.runsOnce.Do(func() {
+		d.runStarts, d.runPhases = []int{0}, []phase{phaseNone}
+		prev := phaseNone
+		for i, p := range d.phases {
+			if p != prev {
+				prev = p
+				d.runStarts, d.runPhases = append(d.runStarts, i), append(d.runPhases, p)
+			}
+		}
+	})
 }
 
 // countAlloc counts an alloc event of a stack the table does not reach yet (growing it).
@@ -456,7 +465,8 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 	x := r.snap.TraceIndex(d.dev)
 	live := make([]liveRec, len(x.Blocks))
 	d.finalAlloc, d.preFree, d.preFreed = make([]int32, len(x.Blocks)), make([]phase, len(x.Blocks)), make([]bool, len(x.Blocks))
-	run, prev := int32(0), phaseNone // the run of event i (phasePass listed the runs)
+	d.phaseRuns()
+	run, prev := int32(0), phaseNone // the run of event i
 	// survivors: per forward run, the stacks with allocations alive after the backward run that
 	// followed it.
 	survivors := map[int32][]snapshot.StackID{}

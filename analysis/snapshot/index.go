@@ -94,7 +94,7 @@ func (b *TraceIndexer) Add(evs []Event) {
 			id = x.segID.add(e.Addr, &x.Segments)
 		}
 		x.Slot = append(x.Slot, id)
-		x.Tally.add(e, id)
+		x.Tally.add(e, len(x.Slot)-1, id)
 	}
 }
 

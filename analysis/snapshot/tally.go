@@ -17,6 +17,8 @@ type TraceTally struct {
 	SizeSumOverflow              bool  // SizeSum went past the int64 range (or a size was negative)
 	OddAllocSize                 bool  // an alloc's size is not a multiple of 512 (requested bytes)
 	FreeBeforeAlloc              bool  // a free of a block the trace had not allocated (or had freed)
+	// OOMEvents are the indexes of the oom events, in order.
+	OOMEvents []int
 	// What events name each stack (stackBy* bits, by stack id), and whether an id was beyond
 	// maxStackUse.
 	stackUse         []uint8
@@ -54,14 +56,15 @@ const (
 	blockInTrace                   // allocated in the trace and not yet completely freed
 )
 
-// add tallies event e, whose address id (TraceIndex.Slot) is id.
-func (t *TraceTally) add(e *Event, id int32) {
+// add tallies event e, the trace's event i, whose address id (TraceIndex.Slot) is id.
+func (t *TraceTally) add(e *Event, i int, id int32) {
 	t.Actions[e.Action]++
 	if e.Size < t.MinSize {
 		t.MinSize = e.Size
 	}
 	if e.Action == ActionOOM {
 		t.MaxOOMSize = max(t.MaxOOMSize, e.Size)
+		t.OOMEvents = append(t.OOMEvents, i)
 	} else {
 		t.MaxSize = max(t.MaxSize, e.Size)
 		if t.SizeSum += e.Size; t.SizeSum < 0 {
