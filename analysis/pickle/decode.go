@@ -1361,9 +1361,26 @@ func decodeLong(raw []byte) (v val, ok bool) {
 	return val{}, false
 }
 
+// decodeLong8 is decodeLong for a LONG1 of n <= 8 bytes at the start of raw, which holds at
+// least 8 bytes: one load, masked and sign-extended, instead of a loop over the bytes (a
+// trace event has two such values, its address and time).
+func decodeLong8(raw []byte, n int) val {
+	u := binary.LittleEndian.Uint64(raw)
+	if n < 8 {
+		bits := 8 * uint(n)
+		u &= 1<<bits - 1
+		if n > 0 && u>>(bits-1) != 0 { // sign-extend
+			u |= ^uint64(0) << bits
+		}
+	}
+	return val{k: kInt, x: u}
+}
+
 // memoTable is the dense part of the memo, in fixed pages so that growing it never copies.
 type memoTable struct {
-	pages  [][]val
+	// pages are arrays, not slices: an index masked to a page's size needs no bounds check,
+	// and the memo is read a dozen times per trace event.
+	pages  []*[1 << memoPageBits]val
 	raw    [][]byte // the pages' memory, to release
 	mapped []bool   // raw[i] is an anonymous mapping (else heap memory)
 	n      uint64   // slots 0..n-1 exist (unset ones hold kMark); pages beyond n are zero
@@ -1405,7 +1422,7 @@ func (m *memoTable) addPage() {
 	raw, mapped := mapScratch((1 << memoPageBits) * int(unsafe.Sizeof(val{})))
 	m.raw = append(m.raw, raw)
 	m.mapped = append(m.mapped, mapped)
-	m.pages = append(m.pages, unsafe.Slice((*val)(unsafe.Pointer(unsafe.SliceData(raw))), 1<<memoPageBits))
+	m.pages = append(m.pages, (*[1 << memoPageBits]val)(unsafe.Pointer(unsafe.SliceData(raw))))
 }
 
 func (m *memoTable) slot(i uint64) *val {
@@ -1592,8 +1609,7 @@ func (d *decoder) fastOps() {
 			if n > 8 {
 				return
 			}
-			v, _ := decodeLong(buf[pos+2 : pos+2+n]) // at most 8 bytes: always fits
-			d.push(v)
+			d.push(decodeLong8(buf[pos+2:], n)) // the window holds its 8 bytes
 			pos += 2 + n
 		case 0x88: // NEWTRUE
 			d.push(val{k: kBool, x: 1})

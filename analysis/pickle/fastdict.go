@@ -68,7 +68,7 @@ func (d *decoder) fastDict(buf []byte, pos int) int {
 			if m > 8 {
 				return -1
 			}
-			v, _ = decodeLong(buf[p+2 : p+2+m])
+			v = decodeLong8(buf[p+2:], m) // the window holds its 8 bytes
 			p += 2 + m
 		case 'N':
 			v, p = val{k: kNone}, p+1

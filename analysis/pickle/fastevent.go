@@ -94,7 +94,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			if w > 8 {
 				return -1
 			}
-			v, _ = decodeLong(buf[p+2 : p+2+w])
+			v = decodeLong8(buf[p+2:], w) // the window holds its 8 bytes
 			p += 2 + w
 		case 'N':
 			v, p = val{k: kNone}, p+1
