@@ -3,6 +3,7 @@ package analysis
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -151,27 +152,69 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		}
 		return g
 	}
-	for si := range snap.Segments {
-		seg := &snap.Segments[si]
-		if opt.Device >= 0 && seg.Device != opt.Device {
-			continue
-		}
-		for _, b := range seg.Blocks {
-			if !stateMatches(opt.State, b.State) {
+	// The blocks' roles are worked out on another goroutine, a chunk ahead of the loop that
+	// groups them here: a file's every block asks for its role, and the roles are most of the
+	// work. Only that goroutine reads the roles until it is done.
+	infos := make(chan []blockInfo, blockInfoChunks)
+	free := make(chan []blockInfo, blockInfoChunks+2)
+	done := make(chan struct{})
+	alongside(func() {
+		defer close(infos)
+		chunk := make([]blockInfo, 0, blockInfoChunk)
+		for dev, b := range topBlocks(snap, opt) {
+			at, allocIdx := roles.BlockInfo(dev, *b)
+			if chunk = append(chunk, blockInfo{at, allocIdx}); len(chunk) < blockInfoChunk {
 				continue
 			}
-			at, allocIdx := roles.BlockInfo(seg.Device, b)
+			select {
+			case infos <- chunk:
+			case <-done:
+				return
+			}
+			select {
+			case chunk = <-free:
+				chunk = chunk[:0]
+			default:
+				chunk = make([]blockInfo, 0, blockInfoChunk)
+			}
+		}
+		if len(chunk) > 0 {
+			select {
+			case infos <- chunk:
+			case <-done:
+			}
+		}
+	}, func() {
+		defer close(done)
+		var chunk []blockInfo
+		next := 0
+		for dev, b := range topBlocks(snap, opt) {
+			if next == len(chunk) {
+				if chunk != nil {
+					select {
+					case free <- chunk:
+					default:
+					}
+				}
+				var ok bool
+				if chunk, ok = <-infos; !ok {
+					return // the other goroutine panicked: alongside raises it here
+				}
+				next = 0
+			}
+			at, allocIdx := chunk[next].at, chunk[next].allocIdx
+			next++
 			if b.Stack == snapshot.NoStack {
 				noStack++
 			} else if b.Stack == snapshot.EmptyStack {
 				emptyStack++
 			}
 			if byLabel {
-				label := labelsOf(seg.Device).label(allocIdx)
+				label := labelsOf(dev).label(allocIdx)
 				if b.State == snapshot.StateInactive {
 					label = LabelInactive
 				}
-				g := labelRow(label, seg.Device)
+				g := labelRow(label, dev)
 				g.ts.Bytes += b.Size
 				g.ts.Blocks++
 				g.roleBytes[at.Category] += b.Size
@@ -205,7 +248,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			g := groups[key]
 			if g == nil {
 				g = &agg{ts: TopSite{SiteIdentity: at.SiteIdentity, Category: at.Category, Evidence: at.Evidence, Stack: at.Stack},
-					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: seg.Device}
+					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: dev}
 				switch opt.GroupBy {
 				case "file":
 					if at.File != "" {
@@ -232,7 +275,7 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 			r.TotalBytes += b.Size
 			r.TotalBlocks++
 		}
-	}
+	})
 	if byLabel {
 		traced := false
 		for dev, evs := range snap.DeviceTraces {
@@ -283,6 +326,37 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 		r.Notes = append(r.Notes, "inactive blocks keep the stack of their last use; it says who freed-up memory belonged to, not who holds it")
 	}
 	return r, nil
+}
+
+// blockInfo is a block's role and the trace event that allocated it (Roles.BlockInfo).
+type blockInfo struct {
+	at       Attribution
+	allocIdx int
+}
+
+// The block roles TopStacks works out ahead go in chunks of blockInfoChunk, at most
+// blockInfoChunks of them ahead of the loop that reads them.
+const (
+	blockInfoChunk  = 512
+	blockInfoChunks = 4
+)
+
+// topBlocks yields the device and block of each block top-stacks reads, in the file's order:
+// those of opt.Device (all for -1) in opt.State.
+func topBlocks(snap *snapshot.Snapshot, opt TopStacksOptions) iter.Seq2[int, *snapshot.Block] {
+	return func(yield func(int, *snapshot.Block) bool) {
+		for si := range snap.Segments {
+			seg := &snap.Segments[si]
+			if opt.Device >= 0 && seg.Device != opt.Device {
+				continue
+			}
+			for bi := range seg.Blocks {
+				if b := &seg.Blocks[bi]; stateMatches(opt.State, b.State) && !yield(seg.Device, b) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // dominantRole is the role holding the most bytes of a label group, with the breakdown.
