@@ -1,10 +1,15 @@
 package analysis
 
 import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -149,6 +154,71 @@ func TestPhaseRunsAndBackwardPasses(t *testing.T) {
 			if !slices.Equal(passes, tc.passes) {
 				t.Errorf("backward passes %+v, want %+v", passes, tc.passes)
 			}
+		})
+	}
+}
+
+// TestPhasePassSplit: a phase pass done in two halves at once gives every event, count and
+// first frame the pass in one piece gives, on every fixture and shared real file (the halves
+// forced at any length) and on short traces whose second half starts without a phase.
+func TestPhasePassSplit(t *testing.T) {
+	defer func(n int) { minSplitPhasePass = n }(minSplitPhasePass)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	pass := func(snap *snapshot.Snapshot, dev int, split bool) *deviceRoles {
+		minSplitPhasePass = 1 << 62
+		if split {
+			minSplitPhasePass = 1
+		}
+		return rolesWith(snap, DefaultAttributor()).device(dev)
+	}
+	check := func(t *testing.T, snap *snapshot.Snapshot) {
+		t.Helper()
+		for dev := range snap.DeviceTraces {
+			one, two := pass(snap, dev, false), pass(snap, dev, true)
+			if !slices.Equal(one.phases, two.phases) || one.allocs != two.allocs || one.firstFrame != two.firstFrame ||
+				!slices.Equal(one.allocsByStack, two.allocsByStack) {
+				t.Errorf("device %d: in two halves allocs %v, first frames %q (phases equal: %v), in one %v, %q",
+					dev, two.allocs, two.firstFrame, slices.Equal(one.phases, two.phases), one.allocs, one.firstFrame)
+			}
+		}
+	}
+	paths, _ := filepath.Glob("../testdata/scenarios/*.pickle")
+	if ents, err := os.ReadDir(realDir); err == nil {
+		for _, e := range ents {
+			if !strings.HasSuffix(e.Name(), ".md") {
+				paths = append(paths, filepath.Join(realDir, e.Name()))
+			}
+		}
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			snap, err := load.File(context.Background(), path, load.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, snap)
+		})
+	}
+	const (
+		train = "/work/proj/train.py:40:main"
+		model = "/work/proj/model.py:12:forward"
+		bw    = "/usr/lib/python3/site-packages/torch/autograd/graph.py:825:_engine_run_backward"
+	)
+	base := heldStacks(t, []string{train, model}, []string{train, bw}, []string{train})
+	const fwd, back, user = snapshot.StackID(1), snapshot.StackID(2), snapshot.StackID(3)
+	alloc := func(s snapshot.StackID) snapshot.Event { return snapshot.Event{Action: snapshot.ActionAlloc, Stack: s} }
+	free := snapshot.Event{Action: snapshot.ActionFreeCompleted, Stack: snapshot.NoStack}
+	for name, evs := range map[string][]snapshot.Event{
+		"second half starts with frees and allocs of no phase": {alloc(fwd), alloc(back), free, alloc(user), free, alloc(user), alloc(fwd), free},
+		"no phase in the second half":                          {alloc(user), alloc(back), alloc(user), free, alloc(user), free},
+		"no phase at all":                                      {alloc(user), free, alloc(snapshot.NoStack), free},
+		"a phase only in the second half":                      {alloc(user), free, alloc(fwd), alloc(back)},
+		"one event":                                            {alloc(back)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := *base
+			s.DeviceTraces = [][]snapshot.Event{evs}
+			check(t, &s)
 		})
 	}
 }

@@ -345,29 +345,103 @@ func (r *Roles) stackCtx(id snapshot.StackID) (stackContext, string) {
 	if r.ctxs == nil {
 		r.ctxs = make([]int8, len(r.snap.Stacks)+1)
 	}
+	return r.stackCtxIn(r.ctxs, id)
+}
+
+// stackCtxIn is stackCtx with the cache ctxs (by stack id + 1: context + 1, 0 when not yet
+// known); the deciding frame is returned the first time only.
+func (r *Roles) stackCtxIn(ctxs []int8, id snapshot.StackID) (stackContext, string) {
 	i := int(id) + 1 // NoStack is -1
-	if i < 0 || i >= len(r.ctxs) {
+	if i < 0 || i >= len(ctxs) {
 		at := r.attr(id)
 		return at.ctx, at.frame
 	}
-	if r.ctxs[i] == 0 {
+	if ctxs[i] == 0 {
 		at := r.attr(id)
-		r.ctxs[i] = int8(at.ctx) + 1
+		ctxs[i] = int8(at.ctx) + 1
 		return at.ctx, at.frame
 	}
-	return stackContext(r.ctxs[i] - 1), ""
+	return stackContext(ctxs[i] - 1), ""
 }
 
 // phasePass gives every event the phase the device was in: the context of the latest
 // allocation that says forward, backward or optimizer (Optimizer.step annotation windows
-// override; with stacks="python" a frameless allocation is the autograd engine's).
+// override; with stacks="python" a frameless allocation is the autograd engine's). A long
+// trace is done in two halves at once (every analysis waits for this pass): the second takes
+// the first's last phase for its events before its own first allocation with a phase.
 func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	d.phases = make([]phase, len(d.evs))
 	d.allocsByStack = make([]int, len(r.snap.Stacks)+1)
 	d.ooms = r.snap.TraceIndex(dev).Tally.OOMEvents
-	windows := optimizerWindows(r.snap, dev)
+	pp := phasePassOf{r: r, windows: optimizerWindows(r.snap, dev), pythonOnly: r.snap.Caps.PythonOnly}
+	if r.ctxs == nil {
+		r.ctxs = make([]int8, len(r.snap.Stacks)+1)
+	}
+	first := phasePart{byStack: d.allocsByStack, ctxs: r.ctxs}
+	m := len(d.evs)
+	if m >= minSplitPhasePass && runtime.GOMAXPROCS(0) > 1 {
+		m /= 2
+	}
+	if m == len(d.evs) {
+		pp.run(&first, d.evs, d.phases)
+	} else {
+		second := phasePart{byStack: make([]int, len(r.snap.Stacks)+1), ctxs: make([]int8, len(r.ctxs))}
+		alongside(func() { pp.run(&second, d.evs[m:], d.phases[m:]) }, func() { pp.run(&first, d.evs[:m], d.phases[:m]) })
+		if c := first.last; c != phaseNone {
+			for i := m; i < m+second.lead; i++ {
+				d.phases[i] = c
+			}
+			second.allocs[phaseNone] -= second.leadAllocs
+			second.allocs[c] += second.leadAllocs
+		}
+		for p := range first.allocs {
+			first.allocs[p] += second.allocs[p]
+			if first.firstFrame[p] == "" {
+				first.firstFrame[p] = second.firstFrame[p]
+			}
+		}
+		if len(second.byStack) > len(first.byStack) {
+			first.byStack = append(first.byStack, make([]int, len(second.byStack)-len(first.byStack))...)
+		}
+		for k, n := range second.byStack {
+			first.byStack[k] += n
+		}
+		for k, c := range second.ctxs {
+			if r.ctxs[k] == 0 {
+				r.ctxs[k] = c
+			}
+		}
+	}
+	d.allocs, d.firstFrame, d.allocsByStack = first.allocs, first.firstFrame, first.byStack
+}
+
+// minSplitPhasePass: shorter traces take one pass (a variable for tests).
+var minSplitPhasePass = 1 << 16
+
+// phasePassOf is what every part of a phase pass reads.
+type phasePassOf struct {
+	r          *Roles
+	windows    [][2]int64 // Optimizer.step annotations
+	pythonOnly bool
+}
+
+// phasePart is one part of a phase pass: what it counted, and how its events began.
+type phasePart struct {
+	allocs     [4]int    // alloc events per phase
+	byStack    []int     // alloc events per stack id + 1 (NoStack is -1)
+	firstFrame [4]string // the frame that first put the part in each phase
+	ctxs       []int8    // the stacks' contexts met so far (see Roles.stackCtx)
+	// lead is the number of events before the part's first allocation with a phase, and
+	// leadAllocs the allocations among them (counted as of no phase); last is the phase at the
+	// part's end (phaseNone: no allocation of the part has one).
+	lead, leadAllocs int
+	last             phase
+}
+
+// run gives the events of one part their phases, as if the part began the trace.
+func (pp *phasePassOf) run(part *phasePart, evs []snapshot.Event, phases []phase) {
 	inWindow := func(t int64) bool {
-		for _, w := range windows {
+		for _, w := range pp.windows {
 			if t >= w[0] && t <= w[1] {
 				return true
 			}
@@ -375,39 +449,45 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 		return false
 	}
 	note := func(p phase, frame string) {
-		if p != phaseNone && d.firstFrame[p] == "" {
-			d.firstFrame[p] = frame
+		if p != phaseNone && part.firstFrame[p] == "" {
+			part.firstFrame[p] = frame
 		}
 	}
 	cur := phaseNone
-	pythonOnly := r.snap.Caps.PythonOnly
-	phases := d.phases
-	for i := range d.evs {
-		ev := &d.evs[i] // not a copy: millions of events
+	part.lead = len(evs)
+	for i := range evs {
+		ev := &evs[i] // not a copy: millions of events
 		if ev.Action == snapshot.ActionAlloc {
-			c, frame := r.stackCtx(ev.Stack)
+			c, frame := pp.r.stackCtxIn(part.ctxs, ev.Stack)
 			p := phaseOfCtx(c)
 			note(p, frame)
-			if pythonOnly && c == ctxNone && ev.Stack == snapshot.EmptyStack {
+			if pp.pythonOnly && c == ctxNone && ev.Stack == snapshot.EmptyStack {
 				p = phaseBackward
 				note(p, "allocations without Python frames, which stacks=\"python\" records for the autograd engine")
 			}
-			if len(windows) > 0 && ev.TimeUS > 0 && inWindow(ev.TimeUS) {
+			if len(pp.windows) > 0 && ev.TimeUS > 0 && inWindow(ev.TimeUS) {
 				p = phaseOptimizer
 				note(p, "the Optimizer.step annotation")
 			}
 			if p != phaseNone {
+				if cur == phaseNone && part.lead == len(evs) {
+					part.lead, part.leadAllocs = i, part.allocs[phaseNone]
+				}
 				cur = p
 			}
-			d.allocs[cur]++
-			if k := int(ev.Stack) + 1; k >= 0 && k < len(d.allocsByStack) {
-				d.allocsByStack[k]++
+			part.allocs[cur]++
+			if k := int(ev.Stack) + 1; k >= 0 && k < len(part.byStack) {
+				part.byStack[k]++
 			} else {
-				d.countAlloc(ev.Stack)
+				part.byStack = countStack(part.byStack, ev.Stack)
 			}
 		}
 		phases[i] = cur
 	}
+	if part.lead == len(evs) {
+		part.leadAllocs = part.allocs[phaseNone]
+	}
+	part.last = cur
 }
 
 // phaseRuns lists the phase runs (once; safe on any goroutine): lifetimes and backwardRuns
@@ -426,13 +506,15 @@ func (d *deviceRoles) phaseRuns() {
 	})
 }
 
-// countAlloc counts an alloc event of a stack the table does not reach yet (growing it).
-func (d *deviceRoles) countAlloc(id snapshot.StackID) {
+// countStack counts an alloc event of a stack a per-stack table does not reach yet (growing
+// it).
+func countStack(byStack []int, id snapshot.StackID) []int {
 	k := max(int(id)+1, 0)
-	if k >= len(d.allocsByStack) {
-		d.allocsByStack = append(d.allocsByStack, make([]int, k+1-len(d.allocsByStack))...)
+	if k >= len(byStack) {
+		byStack = append(byStack, make([]int, k+1-len(byStack))...)
 	}
-	d.allocsByStack[k]++
+	byStack[k]++
+	return byStack
 }
 
 // stat is the lifetime counts of a stack (ids beyond the file's stacks grow the table).
