@@ -18,7 +18,10 @@
 # 1000), FILE (measure this snapshot only, instead of generating), MEMSNAP (use this binary
 # instead of building ./cmd/memsnap), PYTHON (default python3), COMMANDS (default "top-stacks
 # oom fragmentation replay diff"; empty for summarize and Python only), MCP (default 1; 0 skips
-# the MCP calls).
+# the MCP calls), BASELINE (another memsnap binary, e.g. one built from an earlier commit: each
+# memsnap command is also run with it, right after, in every round, and each file's table gets
+# the median of the per-round ratios new / baseline: on a host that speeds and slows by half
+# within minutes, the paired ratio says what a change did when the plain times cannot).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -98,6 +101,12 @@ median() {
 		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# paired NEW BASE: the median over rounds of NEW's wall time / BASE's.
+paired() {
+	paste -d' ' <(cut -d' ' -f1 "$1") <(cut -d' ' -f1 "$2") | awk '{ print $1 / $2 }' >"$work/ratios"
+	median 1 "$work/ratios"
+}
+
 # fastest COLUMN FILE: the smallest value (the host's other work only ever slows a run down).
 fastest() {
 	cut -d' ' -f"$1" "$2" | sort -g | head -1
@@ -121,12 +130,17 @@ for f in "${files[@]}"; do
 	mkdir -p "$d"
 	for i in $(seq "$RUNS"); do
 		measure "$d/summarize" "$MEMSNAP" summarize "$f" --json
+		[[ -z "${BASELINE:-}" ]] || measure "$d/summarize.base" "$BASELINE" summarize "$f" --json
 		measure "$d/python" "$PYTHON" -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' "$f"
 		for c in $COMMANDS; do
-			case $c in
-			diff) measure "$d/$c" "$MEMSNAP" diff "$f" "$f" --json ;;
-			*) measure "$d/$c" "$MEMSNAP" "$c" "$f" --json ;;
-			esac
+			for bin in "$MEMSNAP" ${BASELINE:+"$BASELINE"}; do
+				out=$d/$c
+				[[ $bin == "$MEMSNAP" ]] || out=$d/$c.base
+				case $c in
+				diff) measure "$out" "$bin" diff "$f" "$f" --json ;;
+				*) measure "$out" "$bin" "$c" "$f" --json ;;
+				esac
+			done
 		done
 		if [[ "$MCP" != 0 ]]; then
 			cat "$f" >/dev/null
@@ -141,14 +155,18 @@ for f in "${files[@]}"; do
 	echo "$(basename "$f") $bytes $mw $mr $pw $pr $(fastest 1 "$d/summarize") $(fastest 1 "$d/python")" >>"$summary"
 	{
 		echo
-		awk -v f="$(basename "$f")" -v b="$bytes" -v runs="$RUNS" 'BEGIN { printf "%s (%.0f MB), median of %d rounds\n", f, b / 1e6, runs
-			printf "  %-28s %9s %9s %11s\n", "", "wall (s)", "x summ.", "RSS (MiB)" }'
+		awk -v f="$(basename "$f")" -v b="$bytes" -v runs="$RUNS" -v base="${BASELINE:-}" 'BEGIN { printf "%s (%.0f MB), median of %d rounds\n", f, b / 1e6, runs
+			printf "  %-28s %9s %9s %11s%s\n", "", "wall (s)", "x summ.", "RSS (MiB)", base == "" ? "" : "  x baseline (paired)" }'
 		for c in summarize $COMMANDS; do
 			w=$(median 1 "$d/$c")
 			r=$(median 2 "$d/$c")
 			label="memsnap $c"
 			[[ $c == diff ]] && label="memsnap diff (the file twice)"
-			awk -v l="$label" -v w="$w" -v r="$r" -v s="$mw" 'BEGIN { printf "  %-28s %9.2f %8.2fx %11.0f\n", l, w, w / s, r / 1024 }'
+			vs=""
+			[[ -z "${BASELINE:-}" ]] || vs=$(paired "$d/$c" "$d/$c.base")
+			awk -v l="$label" -v w="$w" -v r="$r" -v s="$mw" -v vs="$vs" 'BEGIN { printf "  %-28s %9.2f %8.2fx %11.0f", l, w, w / s, r / 1024
+				if (vs != "") printf " %12.2fx", vs
+				printf "\n" }'
 		done
 		awk -v w="$pw" -v r="$pr" -v s="$mw" 'BEGIN { printf "  %-28s %9.2f %8.2fx %11.0f\n", "python3 pickle.load", w, w / s, r / 1024 }'
 		if [[ "$MCP" != 0 ]]; then
