@@ -385,7 +385,9 @@ func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	if m == len(d.evs) {
 		pp.run(&first, d.evs, d.phases)
 	} else {
-		second := phasePart{byStack: make([]int, len(r.snap.Stacks)+1), ctxs: make([]int8, len(r.ctxs))}
+		// The second half starts from the contexts known before the pass, as the pass in one
+		// piece would meet them: a stack met earlier (on another device) gives no first frame.
+		second := phasePart{byStack: make([]int, len(r.snap.Stacks)+1), ctxs: slices.Clone(r.ctxs)}
 		alongside(func() { pp.run(&second, d.evs[m:], d.phases[m:]) }, func() { pp.run(&first, d.evs[:m], d.phases[:m]) })
 		if c := first.last; c != phaseNone {
 			for i := m; i < m+second.lead; i++ {
