@@ -3,6 +3,7 @@ package snapshot
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -32,6 +33,13 @@ func TestTraceTally(t *testing.T) {
 	if tl.MinSize != 0 || tl.MaxSize != 8192 || tl.MaxOOMSize != 1<<40 || tl.MinDeviceFree != 0 || tl.MaxDeviceFree != 4096 ||
 		tl.MinTimeUS != 0 || tl.MaxTimeUS != 9 || tl.SizeSum != 8192+2048+2048+1024+1000+512+512+8192 || tl.SizeSumOverflow {
 		t.Errorf("ranges %+v", *tl)
+	}
+	// The oom events by their index in the trace, also when the indexer is fed in parts.
+	parts := NewTraceIndexer(0)
+	parts.Add(evs[:5])
+	parts.Add(evs[5:])
+	if px := parts.Finish(evs); !slices.Equal(tl.OOMEvents, []int{7}) || !slices.Equal(px.Tally.OOMEvents, []int{7}) {
+		t.Errorf("oom events %v (in parts %v), want [7]", tl.OOMEvents, px.Tally.OOMEvents)
 	}
 	if !tl.OddAllocSize || !tl.FreeBeforeAlloc {
 		t.Errorf("odd alloc size %v, free before alloc %v: want both", tl.OddAllocSize, tl.FreeBeforeAlloc)
