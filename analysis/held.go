@@ -32,7 +32,7 @@ func (d *deviceRoles) backwardRuns() []bwRun {
 		// The backward runs among the phase runs, and the oom events in them.
 		d.phaseRuns()
 		d.bwRuns = []bwRun{}
-		ooms := d.ooms // in order, as the runs are
+		ooms := d.index.Tally.OOMEvents // in order, as the runs are
 		for k, p := range d.runPhases {
 			if p != phaseBackward {
 				continue

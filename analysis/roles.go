@@ -62,7 +62,9 @@ type deviceRoles struct {
 	allocs        [4]int    // alloc events per phase
 	allocsByStack []int     // alloc events per stack id + 1 (NoStack is -1)
 	firstFrame    [4]string // the frame that first put the device in each phase
-	ooms          []int     // the oom events
+	// index is the trace's address index (its tally lists the oom events), nil without a
+	// trace.
+	index *snapshot.TraceIndex
 	// The phase runs (maximal stretches of events in one phase; the first, of no phase, may
 	// be empty), once runsOnce has run (see phaseRuns).
 	runStarts   []int   // first event of each run
@@ -79,7 +81,6 @@ type deviceRoles struct {
 	// By the trace index's block id (slices, not maps keyed by address: top-stacks asks for
 	// every block of the file): the alloc event of a block alive at the end (-1: none), and
 	// for a block alive before the trace, the phase of its first free (preFreed says which).
-	index      *snapshot.TraceIndex
 	finalAlloc []int32
 	preFree    []phase
 	preFreed   []bool
@@ -158,7 +159,7 @@ func (r *Roles) deviceLifetimes(dev int) *deviceRoles {
 // finalAllocOf is the alloc event of the block alive at addr at the end of the trace, -1
 // when the trace did not allocate it (or lifetimes were not computed: no trace).
 func (d *deviceRoles) finalAllocOf(addr uint64) int {
-	if d.index == nil {
+	if d.finalAlloc == nil {
 		return -1
 	}
 	if id, ok := d.index.Block(addr); ok {
@@ -170,7 +171,7 @@ func (d *deviceRoles) finalAllocOf(addr uint64) int {
 // preFreePhase is the phase in which the trace first freed the block at addr that was alive
 // before it, and whether it did.
 func (d *deviceRoles) preFreePhase(addr uint64) (phase, bool) {
-	if d.index == nil {
+	if d.preFreed == nil {
 		return phaseNone, false
 	}
 	if id, ok := d.index.Block(addr); ok && d.preFreed[id] {
@@ -326,6 +327,7 @@ func (r *Roles) device(dev int) *deviceRoles {
 	d.evs = r.traceOf(dev)
 	d.hasTrace = snapshot.IsHistory(d.evs)
 	if d.hasTrace {
+		d.index = r.snap.TraceIndex(dev)
 		r.phasePass(dev, d)
 	}
 	d.steps = r.findSteps(dev, d, d.evs)
@@ -342,10 +344,15 @@ func (r *Roles) traceOf(dev int) []snapshot.Event {
 
 // stackCtx is the context of a stack, cached in a slice (stack ids are dense).
 func (r *Roles) stackCtx(id snapshot.StackID) (stackContext, string) {
+	return r.stackCtxIn(r.stackCtxs(), id)
+}
+
+// stackCtxs is the role table's cache of stack contexts (see stackCtxIn), made on first use.
+func (r *Roles) stackCtxs() []int8 {
 	if r.ctxs == nil {
 		r.ctxs = make([]int8, len(r.snap.Stacks)+1)
 	}
-	return r.stackCtxIn(r.ctxs, id)
+	return r.ctxs
 }
 
 // stackCtxIn is stackCtx with the cache ctxs (by stack id + 1: context + 1, 0 when not yet
@@ -372,12 +379,8 @@ func (r *Roles) stackCtxIn(ctxs []int8, id snapshot.StackID) (stackContext, stri
 func (r *Roles) phasePass(dev int, d *deviceRoles) {
 	d.phases = make([]phase, len(d.evs))
 	d.allocsByStack = make([]int, len(r.snap.Stacks)+1)
-	d.ooms = r.snap.TraceIndex(dev).Tally.OOMEvents
 	pp := phasePassOf{r: r, windows: optimizerWindows(r.snap, dev), pythonOnly: r.snap.Caps.PythonOnly}
-	if r.ctxs == nil {
-		r.ctxs = make([]int8, len(r.snap.Stacks)+1)
-	}
-	first := phasePart{byStack: d.allocsByStack, ctxs: r.ctxs}
+	first := phasePart{byStack: d.allocsByStack, ctxs: r.stackCtxs()}
 	m := len(d.evs)
 	if m >= minSplitPhasePass && runtime.GOMAXPROCS(0) > 1 {
 		m /= 2
@@ -546,11 +549,11 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		ok    bool // an alloc made it and no free_completed ended it
 	}
 	// By the trace index's block id: the allocation alive at each address.
-	x := r.snap.TraceIndex(d.dev)
+	x := d.index
 	live := make([]liveRec, len(x.Blocks))
 	d.finalAlloc, d.preFree, d.preFreed = make([]int32, len(x.Blocks)), make([]phase, len(x.Blocks)), make([]bool, len(x.Blocks))
 	d.phaseRuns()
-	run, prev := int32(0), phaseNone // the run of event i
+	run := int32(0) // the phase run of event i
 	// survivors: per forward run, the stacks with allocations alive after the backward run that
 	// followed it.
 	survivors := map[int32][]snapshot.StackID{}
@@ -562,8 +565,8 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 	for i := range d.evs {
 		ev := &d.evs[i] // not a copy: millions of events
 		cur := d.phases[i]
-		if cur != prev {
-			run, prev = run+1, cur
+		for int(run)+1 < len(d.runStarts) && d.runStarts[run+1] <= i {
+			run++
 		}
 		switch ev.Action {
 		case snapshot.ActionAlloc:
@@ -619,7 +622,6 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 	// run once per layer) outlived the backward pass kept its whole graph: retain_graph=True, or a
 	// reference to the loss or outputs that holds a graph whose saved tensors backward did not
 	// free. One surviving block per stack is an output the caller holds, not a graph.
-	d.index = x // the lookups by address are ready
 	d.retained = map[int32]bool{}
 	for fwd, stacks := range survivors {
 		n := map[snapshot.StackID]int{}
