@@ -278,8 +278,13 @@ type decoder struct {
 	redo       bool
 	fastEvents int64
 	made       [maxFastPairs]madeValue // fastEvent's scratch
-	scan       *runScanner             // run keys worked out ahead (in-place decodes)
-	keysAhead  int64
+	// keyTmpl is the memo references of the keys of the last trace event fastEvent read, by
+	// position, with their key codes (idx+1; 0: none): a writer puts an event's keys in the
+	// same order and the same slots every time, so a key that matches needs no memo read.
+	// Dropped with the run cache whenever a memo slot is rewritten.
+	keyTmpl   [maxFastPairs]keyRef
+	scan      *runScanner // run keys worked out ahead (in-place decodes)
+	keysAhead int64
 	// The trace lists' indexer (Options.Index): the lists it follows and, once the decode
 	// ended, what it built.
 	pipe    *indexPipe
@@ -576,7 +581,8 @@ func (d *decoder) memoize(idx uint64, t *val) {
 		}
 	}
 	if idx < d.memo.n {
-		d.runs.invalidate() // a slot a cached run names may change
+		d.runs.invalidate()                // a slot a cached run names may change
+		d.keyTmpl = [maxFastPairs]keyRef{} // and one a key names
 	}
 	// Dense slots grow the table only near its end: a far index goes to the map.
 	if idx < d.memo.n+farMemo {
@@ -1517,6 +1523,12 @@ func (d *decoder) key(v val) keyCode {
 }
 
 type keyCode uint8
+
+// keyRef is a key read through the memo: the slot (idx+1; 0: none) and the key's code.
+type keyRef struct {
+	idx  uint64
+	code keyCode
+}
 
 const (
 	keyNone keyCode = iota

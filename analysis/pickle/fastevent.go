@@ -75,9 +75,16 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		default:
 			return -1
 		}
-		k := d.memo.at(idx)
-		if k == nil || k.k != kStr {
-			return -1
+		var code keyCode
+		if t := &d.keyTmpl[n-1]; t.idx == idx+1 {
+			code = t.code
+		} else {
+			k := d.memo.at(idx)
+			if k == nil || k.k != kStr {
+				return -1
+			}
+			code = d.keys[k.x]
+			t.idx, t.code = idx+1, code
 		}
 		// The key and the plain values read as in fastDict, written out again on purpose:
 		// shared through calls (neither inlines) the load of the benchmark file took 8% longer.
@@ -135,7 +142,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			made[nm] = mv
 			nm++
 		case ']': // a frames list
-			if d.keys[k.x] != keyFrames || buf[p+1] != 0x94 {
+			if code != keyFrames || buf[p+1] != 0x94 {
 				return -1
 			}
 			if buf[p+2] != '(' { // EMPTY_LIST MEMOIZE: an empty traceback
@@ -162,7 +169,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		}
 		// The fields as event reads them; anything it would refuse goes the slow way, which
 		// reports it.
-		switch d.keys[k.x] {
+		switch code {
 		case keyAction:
 			if v.k != kStr {
 				return -1
@@ -188,7 +195,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			default:
 				return -1
 			}
-			if d.keys[k.x] == keyAddr {
+			if code == keyAddr {
 				ev.Addr = x
 			} else {
 				ev.Stream = x
@@ -202,7 +209,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			default:
 				return -1
 			}
-			switch d.keys[k.x] {
+			switch code {
 			case keySize:
 				ev.Size = x
 			case keyTimeUS:

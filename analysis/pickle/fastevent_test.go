@@ -23,6 +23,9 @@ const (
 	// feFresh writes its action and a compile context as new strings, memoized or not, as
 	// PyTorch's writer does for every event.
 	feFresh = "}\x94(h\x02\x8c\x0efree_completed\x94h\x04K\x20h\x07\x8c\x03N/Au"
+	// feRewrite is a slow event (a new key) whose compile context is the string "addr" put
+	// over memo slot 4 (BINPUT), which held the key "size".
+	feRewrite = "}\x94(h\x02h\x03\x8c\x0fcompile_context\x94\x8c\x04addrq\x04u"
 	// feHead2 is feHead with an event that defines slot 7, "compile_context" (slot 6 is its
 	// dict).
 	feHead2 = "\x80\x04]\x94(}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04size\x94K\x10\x8c\x04addr\x94K\x01u}\x94(h\x02h\x03\x8c\x0fcompile_context\x94\x8c\x03N/A\x94ue"
@@ -54,6 +57,9 @@ func TestFastEventsMatchSlowPath(t *testing.T) {
 		{"a nested list", feEvent + "]\x94(" + feEvent + "e", 1, false, -1},
 		{"POP_MARK", feEvent + feEvent + "1", 2, true, -1},
 		{"a non-event after", feEvent + "K\x01", 1, false, -1},
+		// A slow event's BINPUT makes slot 4 "addr" instead of "size": the next event's
+		// first pairs read the same bytes as before, and must not read them as before.
+		{"a key's memo slot rewritten", feEvent + feRewrite + feEvent, 2, false, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Bytes after STOP are ignored: the padding keeps the fast paths' window open.
