@@ -282,7 +282,9 @@ type decoder struct {
 	// position, with their key codes (idx+1; 0: none): a writer puts an event's keys in the
 	// same order and the same slots every time, so a key that matches needs no memo read.
 	// Dropped with the run cache whenever a memo slot is rewritten.
-	keyTmpl   [maxFastPairs]keyRef
+	keyTmpl [maxFastPairs]keyRef
+	// memoNext is the memo size at which memoAhead next looks at mapping a page.
+	memoNext  uint64
 	scan      *runScanner // run keys worked out ahead (in-place decodes)
 	keysAhead int64
 	// The trace lists' indexer (Options.Index): the lists it follows and, once the decode
@@ -1420,6 +1422,17 @@ func (m *memoTable) set(i uint64, v val) {
 		m.n++
 	}
 	*m.slot(i) = v
+}
+
+// push sets the next slot, the memo's first unset one, and returns its index.
+func (m *memoTable) push(v val) uint64 {
+	i := m.n
+	if i>>memoPageBits == uint64(len(m.pages)) {
+		m.addPage()
+	}
+	m.n++
+	*m.slot(i) = v
+	return i
 }
 
 // addPage maps one more page. Memo pages hold no pointers, so they can live outside the Go

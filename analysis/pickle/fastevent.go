@@ -178,6 +178,8 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			if v.x >= base {
 				mv := made[nm-1]
 				ev.Action = snapshot.ParseAction(unsafe.String(&buf[mv.off], int(mv.n)))
+			} else if v.x < uint64(len(d.actions)) && d.actions[v.x] != 0 {
+				ev.Action = snapshot.Action(d.actions[v.x] - 1) // d.action's, without the call
 			} else {
 				ev.Action = d.action(v)
 			}
@@ -261,24 +263,23 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		d.stack = d.stack[:m]
 	}
 	// The dict's memo slot comes first; it holds the event once it is stored.
-	slot := d.memo.n
-	d.memo.set(slot, val{k: kNone})
+	slot := d.memo.push(val{k: kNone})
 	for _, mv := range made[:nm] {
 		switch {
 		case mv.str:
 			s := d.newStr(kStr, string(buf[mv.off:mv.off+int(mv.n)]))
 			if mv.memo {
-				d.memo.set(d.memo.n, s)
+				d.memo.push(s)
 			}
 		case mv.stack == missStack:
 			id := d.in.StackWithHash(d.frameBuf, snapshot.StackHash(d.frameBuf))
 			d.runs.put(buf[missPos:], missLen, id)
-			d.memo.set(d.memo.n, val{k: kStack, x: uint64(id)})
+			d.memo.push(val{k: kStack, x: uint64(id)})
 			if ev.Stack == missStack {
 				ev.Stack = id
 			}
 		default:
-			d.memo.set(d.memo.n, val{k: kStack, x: uint64(mv.stack)})
+			d.memo.push(val{k: kStack, x: uint64(mv.stack)})
 		}
 	}
 	if !knownExtra {
@@ -294,9 +295,17 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		ev.Extra = extra
 		d.lastExtra.ref, d.lastExtra.id, d.lastExtra.ok = ref, extra, true
 	}
-	d.appendEvent(l, ev)
+	if len(l.events) < cap(l.events) && d.opt.MaxEvents <= 0 {
+		// appendEvent's common case, inline: room in the list, no bound to keep.
+		l.events = append(l.events, ev)
+		if d.pipe != nil && len(l.events)-l.published >= indexChunk {
+			d.handOver(l)
+		}
+	} else {
+		d.appendEvent(l, ev)
+	}
 	d.fastEvents++
-	d.memo.set(slot, val{k: kEvent, x: target.x<<32 | uint64(len(l.events)-1)})
+	*d.memo.slot(slot) = val{k: kEvent, x: target.x<<32 | uint64(len(l.events)-1)}
 	d.memoAhead()
 	return p + 1
 }

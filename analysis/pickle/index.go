@@ -1,6 +1,7 @@
 package pickle
 
 import (
+	"math"
 	"unsafe"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -109,8 +110,26 @@ func (d *decoder) indexOf(l *eventList, evs []snapshot.Event) *snapshot.TraceInd
 // memoAhead maps the memo's next page once the current one is half full and has the indexer
 // make it ready, so that filling it costs the decoder no page faults.
 func (d *decoder) memoAhead() {
+	// One compare, inline (it runs for every trace event); the rest is memoNextPage.
+	if d.memo.n >= d.memoNext {
+		d.memoNextPage()
+	}
+}
+
+// memoNextPage is memoAhead's work, once the memo reaches d.memoNext; it sets the next.
+func (d *decoder) memoNextPage() {
+	const half = 1 << (memoPageBits - 1)
 	m := &d.memo
-	if d.pipe == nil || m.n&(1<<memoPageBits-1) < 1<<(memoPageBits-1) || m.n>>memoPageBits+1 != uint64(len(m.pages)) {
+	if d.pipe == nil {
+		d.memoNext = math.MaxUint64
+		return
+	}
+	// The middle of the current page, or of the next one when past it.
+	d.memoNext = m.n&^(1<<memoPageBits-1) + half
+	if m.n >= d.memoNext {
+		d.memoNext += 1 << memoPageBits
+	}
+	if m.n&(1<<memoPageBits-1) < half || m.n>>memoPageBits+1 != uint64(len(m.pages)) {
 		return
 	}
 	m.addPage()
