@@ -1424,14 +1424,19 @@ func (m *memoTable) set(i uint64, v val) {
 	*m.slot(i) = v
 }
 
-// push sets the next slot, the memo's first unset one, and returns its index.
-func (m *memoTable) push(v val) uint64 {
-	i := m.n
-	if i>>memoPageBits == uint64(len(m.pages)) {
+// reserve makes sure the pages hold k more slots, so that the next k pushes may follow.
+func (m *memoTable) reserve(k uint64) {
+	for m.n+k > uint64(len(m.pages))<<memoPageBits {
 		m.addPage()
 	}
+}
+
+// push sets the next slot, the memo's first unset one, and returns its index. The slot must
+// be reserved (it inlines: a page to add would be a call).
+func (m *memoTable) push(v val) uint64 {
+	i := m.n
 	m.n++
-	*m.slot(i) = v
+	m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)] = v
 	return i
 }
 

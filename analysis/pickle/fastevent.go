@@ -263,6 +263,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		d.stack = d.stack[:m]
 	}
 	// The dict's memo slot comes first; it holds the event once it is stored.
+	d.memo.reserve(uint64(1 + nm))
 	slot := d.memo.push(val{k: kNone})
 	for _, mv := range made[:nm] {
 		switch {
