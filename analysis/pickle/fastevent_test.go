@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"reflect"
 	"strings"
 	"testing"
@@ -144,4 +145,96 @@ func runTrace(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestRunKeyer: a run's key is the hash of its bytes up to its APPENDS, wherever an 'e' byte
+// (0x65, APPENDS) sits inside a memo index; a length remembered for other bytes of the same
+// prefix never makes two different runs match.
+func TestRunKeyer(t *testing.T) {
+	c := newRunCache()
+	k := &c.keys
+	// A: h 1, j 0x65, h 2, APPENDS; the first 'e' byte is j's index.
+	a := []byte("h\x01j\x65\x00\x00\x00h\x02e")
+	// B: the same first bytes; its third reference is a j whose index has an 'e' byte where
+	// A's APPENDS is.
+	b := []byte("h\x01j\x65\x00\x00\x00j\x01\x65\x00\x00e")
+	hash := func(p []byte) uint64 { return maphash.Bytes(k.seed, p) }
+	for i := range 2 { // walked, then remembered
+		if key, n := k.key(a); n != 9 || key != hash(a[:9]) {
+			t.Fatalf("A, call %d: key %x length %d, want %x 9", i, key, n, hash(a[:9]))
+		}
+	}
+	c.file(hash(a[:9]), 9, 7)
+	// B takes A's length as a guess (an 'e' byte is there): a key no decoded run has.
+	key, n := k.key(b)
+	if n != 9 || key != hash(b[:9]) {
+		t.Fatalf("B: key %x length %d, want the guess %x 9", key, n, hash(b[:9]))
+	}
+	if id, ok := c.find(key, n); ok {
+		t.Fatalf("B found A's stack %d", id)
+	}
+	// B decoded the slow way and filed: under its own key, and the keyer learns its length.
+	c.put(b, 12, 8)
+	if key, n := k.key(b); n != 12 || key != hash(b[:12]) {
+		t.Fatalf("B after put: key %x length %d, want %x 12", key, n, hash(b[:12]))
+	}
+	if id, ok := c.find(hash(b[:12]), 12); !ok || id != 8 {
+		t.Fatalf("B: stack %d %v, want 8", id, ok)
+	}
+	// A again: the remembered length does not fit it, so it is walked.
+	if key, n := k.key(a); n != 9 || key != hash(a[:9]) {
+		t.Fatalf("A again: key %x length %d", key, n)
+	}
+	if id, ok := c.find(hash(a[:9]), 9); !ok || id != 7 {
+		t.Fatalf("A: stack %d %v, want 7", id, ok)
+	}
+	for _, run := range []string{"", "e", "h\x01K\x02e", "h\x01h\x02", "j\x01\x00"} {
+		if key, n := k.key([]byte(run)); n != 0 || key != 0 {
+			t.Errorf("%q: key %x length %d, want none", run, key, n)
+		}
+	}
+}
+
+// TestRunScannerKeysWithAppendsBytes: tracebacks whose memo references hold 'e' bytes (0x65,
+// the APPENDS opcode) in their indexes, in BINGETs and LONG_BINGETs, decode in place (run
+// scanner on) exactly as from a stream.
+func TestRunScannerKeysWithAppendsBytes(t *testing.T) {
+	defer func(n int) { minScanInput = n }(minScanInput)
+	minScanInput = 0
+	in := snapshot.NewInterner()
+	var stacks []snapshot.StackID
+	for s := range 60 {
+		var ids []snapshot.FrameID
+		for f := range 20 + s%7 {
+			ids = append(ids, in.Frame(snapshot.Frame{Filename: fmt.Sprintf("/home/u/m%d.py", (7*s+f)%150), Line: int64(f), Name: "f"}))
+		}
+		stacks = append(stacks, in.Stack(ids))
+	}
+	var evs []snapshot.Event
+	for i := range 2 * indexChunk {
+		evs = append(evs, snapshot.Event{Action: snapshot.ActionAlloc, Addr: uint64(0x7f0000000000 + 512*(i%64)), Size: 512, TimeUS: int64(i), Stack: stacks[i*13%len(stacks)]})
+	}
+	snap := &snapshot.Snapshot{Frames: in.Frames, Stacks: in.Stacks, DeviceTraces: [][]snapshot.Event{evs}, EventExtras: []snapshot.EventExtra{{}}}
+	data, err := writer.Encode(snap, writer.Options{Protocol: 4, ListPerTraceback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte("(h\x65")) && !bytes.Contains(data, []byte("h\x65h")) || !bytes.Contains(data, []byte("j\x65")) {
+		t.Fatal("no memo reference with an 'e' byte in a traceback: the test tests nothing")
+	}
+	stream, err := Decode(context.Background(), bytes.NewReader(data), Options{Index: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Stats
+	res, err := DecodeBytes(context.Background(), data, Options{Index: true, Stats: &st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.KeysAhead == 0 {
+		t.Fatalf("the decoder took no key from the scanner (%d fast events)", st.FastEvents)
+	}
+	if !reflect.DeepEqual(stream.Root, res.Root) || !reflect.DeepEqual(stream.Interner, res.Interner) {
+		t.Fatal("the in-place decode differs from the stream's")
+	}
 }

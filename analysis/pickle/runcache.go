@@ -7,33 +7,39 @@ import (
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
-// runCache remembers the bytes of tracebacks already read: a run of BINGET / LONG_BINGET
-// frame references ending in APPENDS, with the stack those frames intern to. Real files
-// repeat a few thousand tracebacks millions of times, each written as the same bytes (the
-// same memo slots), so a repeated traceback costs a scan, a hash and one compare instead of
-// a memo read, a hash step and an interner compare per frame.
+// runCache remembers the tracebacks already read: a run of BINGET / LONG_BINGET frame
+// references ending in APPENDS, with the stack those frames intern to. Real files repeat a few
+// thousand tracebacks millions of times, each written as the same bytes (the same memo
+// slots), so a repeated traceback costs a hash instead of a memo read, a hash step and an
+// interner compare per frame.
+//
+// A run is filed under a 64-bit hash of its exact bytes (up to its APPENDS) and its length
+// (runKeyer), and a lookup that finds both takes the stack without comparing the bytes. The
+// hash is seeded at random per process, so two different runs match only if they collide on
+// all 64 bits: about 2^-62 per lookup (up to four entries are compared), 2^-42 over the
+// million tracebacks of a 300 MB file, and a file cannot be written to make it likelier
+// without knowing the seed. Not reading the bytes again is the point: on a hit they are most
+// of the input, the run scanner has hashed them on another core already, and the decoder
+// then never touches them.
 //
 // An entry is valid while the memo slots it names hold the same frames: memo slots are only
 // ever rewritten by an explicit PUT (or MEMOIZE) over a slot that exists, which drops every
 // entry at once (and after maxInvalidations of those the cache stays off: no snapshot
-// writer rewrites its memo). Memory is bounded: the table has at most maxRunBuckets
-// buckets, and the arena of run bytes is cleared when it reaches its limit.
+// writer rewrites its memo). Memory is bounded: the table has at most maxRunBuckets buckets.
 type runCache struct {
 	// table holds 4-way buckets of one cache line each, a power of two of them.
 	table []runBucket
 	used  int // entries recorded since the table last grew
-	arena []byte
-	seed  maphash.Seed
+	keys  runKeyer
 	// invalidations counts memo rewrites; off is set once there were too many.
 	invalidations int
 	off           bool
-	// pending is the miss being decoded the slow way: its hash, where its bytes sit in the
-	// arena, and the input offset at which the run must end (its APPENDS) to be recorded.
-	pendHash uint64
-	pendOff  uint32
-	pendLen  uint32
-	pendEnd  int64
-	pending  bool
+	// pending is the miss being decoded the slow way: its key and length, and the input
+	// offset at which the run must end (its APPENDS) to be recorded.
+	pendKey uint64
+	pendLen int
+	pendEnd int64
+	pending bool
 }
 
 // runBucket is four entries; a hit moves an entry one way toward the front, a new entry
@@ -41,10 +47,9 @@ type runCache struct {
 type runBucket [4]runEntry
 
 type runEntry struct {
-	tag uint32 // the high half of the run's hash, 0 for an empty way
-	off uint32 // the run's bytes: arena[off : off+n]
+	key uint64 // the run's key (runKeyer)
 	id  snapshot.StackID
-	n   uint16
+	n   uint16 // the run's length in bytes; 0 for an empty way
 }
 
 const (
@@ -52,17 +57,13 @@ const (
 	maxRunBuckets = 1 << 12 // 16 Ki entries in 256 KiB
 	// maxRunBytes: longer runs (a 300-frame C++ stack is 1.5 KB) are not cached.
 	maxRunBytes = 4096
-	// maxRunArena bounds the bytes of all cached runs together.
-	maxRunArena = 16 << 20
 	// maxInvalidations: after this many memo rewrites the cache stays off.
 	maxInvalidations = 16
 )
 
 func newRunCache() *runCache {
-	return &runCache{seed: maphash.MakeSeed(), table: make([]runBucket, minRunBuckets)}
+	return &runCache{keys: runKeyer{seed: maphash.MakeSeed()}, table: make([]runBucket, minRunBuckets)}
 }
-
-func runTag(h uint64) uint32 { return uint32(h>>32) | 1 }
 
 // invalidate drops every entry (a memo slot was rewritten).
 func (c *runCache) invalidate() {
@@ -74,7 +75,6 @@ func (c *runCache) invalidate() {
 
 func (c *runCache) clear() {
 	clear(c.table)
-	c.arena = c.arena[:0]
 	c.used = 0
 	c.pending = false
 }
@@ -98,61 +98,109 @@ func scanRun(buf []byte) int {
 	return n
 }
 
-// runKey is the hash a run is filed under: that of its bytes up to the first 'e' byte (0x65,
-// APPENDS: the run's end, or a byte of a memo index). It can be taken at the start of a run
-// without decoding the run opcode by opcode (a vectorised search finds the byte): a run whose
-// bytes are a cached run's, followed by APPENDS, is that run, whatever the first 'e' was.
-func (c *runCache) runKey(buf []byte) uint64 { return runKeyOf(c.seed, buf) }
-
-func runKeyOf(seed maphash.Seed, buf []byte) uint64 {
-	key, _ := runKeyAndEnd(seed, buf)
-	return key
+// runKeyer works out run keys: the hash of a run's bytes up to its APPENDS, and its length (0
+// when the bytes do not start with a run the cache takes). The length takes a walk over the
+// run, reference by reference, each waiting for the byte that says where the next starts, so
+// a keyer walks a run only the first time it meets its bytes. It finds the first 'e' byte
+// (APPENDS, or a byte of a memo index) by a vectorised search instead, and remembers a run's
+// length by the hash of its bytes before that 'e': a run met again has the same bytes, so the
+// same length. For other bytes with the same prefix the remembered length is only a guess,
+// which is enough: the key is then the hash of the bytes up to the guessed APPENDS, and only a
+// run decoded and filed with exactly those bytes and that length matches it, which then is
+// this run (the same bytes parse the same way). A guess not followed by an 'e' is walked.
+//
+// The key is a function of the bytes alone, whatever the keyer remembers: the run scanner and
+// the decoder, each with a keyer of its own, work out the same keys.
+type runKeyer struct {
+	seed    maphash.Seed
+	lengths []runLength // direct-mapped by the prefix's hash; made on first use
 }
 
-// runKeyAndEnd is runKeyOf with the number of bytes it hashed (up to the first 'e').
-func runKeyAndEnd(seed maphash.Seed, buf []byte) (uint64, int) {
-	q := bytes.IndexByte(buf[:min(len(buf), maxRunBytes+1)], 'e')
-	if q < 0 {
-		q = min(len(buf), maxRunBytes+1)
+type runLength struct {
+	prefix uint64
+	n      uint16
+}
+
+// runLengths is the size of runKeyer.lengths (a power of two).
+const runLengths = 1 << 14
+
+// key returns the key and the length of the run at the start of run (0, 0 for none).
+func (k *runKeyer) key(run []byte) (uint64, int) {
+	q := bytes.IndexByte(run[:min(len(run), maxRunBytes+1)], 'e')
+	if q <= 0 {
+		return 0, 0
 	}
-	return maphash.Bytes(seed, buf[:q]), q
+	if k.lengths == nil {
+		k.lengths = make([]runLength, runLengths)
+	}
+	prefix := maphash.Bytes(k.seed, run[:q])
+	g := &k.lengths[prefix&(runLengths-1)]
+	n := int(g.n)
+	if g.prefix != prefix || n == 0 || n >= len(run) || run[n] != 'e' {
+		if n = scanRun(run); n == 0 {
+			return 0, 0
+		}
+		g.prefix, g.n = prefix, uint16(n)
+	}
+	if n == q {
+		return prefix, q
+	}
+	return maphash.Bytes(k.seed, run[:n]), n
 }
 
-// find looks up the cached run that buf starts with (followed by APPENDS), key its runKey:
-// the stack, the run's length, and whether there is one.
-func (c *runCache) find(buf []byte, key uint64) (snapshot.StackID, int, bool) {
+// learn remembers n as the length of the run at the start of run (decoded: it ends in
+// APPENDS there).
+func (k *runKeyer) learn(run []byte, n int) {
+	if q := bytes.IndexByte(run[:n+1], 'e'); q > 0 && k.lengths != nil {
+		prefix := maphash.Bytes(k.seed, run[:q])
+		k.lengths[prefix&(runLengths-1)] = runLength{prefix: prefix, n: uint16(n)}
+	}
+}
+
+// find looks up the cached run of the given key and length: its stack, and whether there is
+// one.
+func (c *runCache) find(key uint64, n int) (snapshot.StackID, bool) {
 	b := &c.table[key&uint64(len(c.table)-1)]
-	tag := runTag(key)
 	for w := range b {
 		e := &b[w]
-		n := int(e.n)
-		if e.tag == tag && n < len(buf) && buf[n] == 'e' && string(c.arena[e.off:e.off+uint32(n)]) == string(buf[:n]) {
+		if e.key == key && int(e.n) == n {
 			id := e.id
 			if w > 0 {
 				b[w-1], b[w] = b[w], b[w-1]
 			}
-			return id, n, true
+			return id, true
 		}
 	}
-	return 0, 0, false
+	return 0, false
+}
+
+// runKeyAt is the key and length of the run at the start of run, which is at input offset
+// off: the scanner's when it has them (ahead), else worked out here.
+func (d *decoder) runKeyAt(run []byte, off int) (key uint64, n int, ahead bool) {
+	if d.scan != nil {
+		if key, n, ok := d.scan.key(off); ok {
+			d.keysAhead++
+			return key, n, true
+		}
+	}
+	key, n = d.runs.keys.key(run)
+	return key, n, false
 }
 
 // lookupRunAt finds the stack of a cached run at buf[at:] (followed by its APPENDS), changing
-// nothing but the cache's order: the stack, the run's length, and whether it was found. It
-// takes the run's key from the run scanner when it has it.
+// nothing but the cache's order: the stack, the run's length, and whether it was found.
 func (d *decoder) lookupRunAt(buf []byte, at int) (snapshot.StackID, int, bool) {
 	c := d.runs
 	run := buf[at:]
 	if c.off || len(run) == 0 || run[0]|2 != 'j' {
 		return 0, 0, false
 	}
-	if d.scan != nil {
-		if key, ok := d.scan.key(int(d.base) + at); ok {
-			d.keysAhead++
-			return c.find(run, key)
-		}
+	key, n, _ := d.runKeyAt(run, int(d.base)+at)
+	if n == 0 {
+		return 0, 0, false
 	}
-	return c.find(run, c.runKey(run))
+	id, ok := c.find(key, n)
+	return id, n, ok
 }
 
 // cachedRun handles a traceback whose bytes were seen before: right after the MARK of an
@@ -170,36 +218,23 @@ func (d *decoder) cachedRun(lst *object) bool {
 	if len(buf) == 0 || buf[0]|2 != 'j' {
 		return false
 	}
-	key, ahead := uint64(0), false
-	if d.scan != nil {
-		key, ahead = d.scan.key(int(d.base) + d.pos)
+	key, n, _ := d.runKeyAt(buf, int(d.base)+d.pos)
+	if n == 0 {
+		return false
 	}
-	if ahead {
-		d.keysAhead++
-	} else {
-		key = c.runKey(buf)
-	}
-	if id, n, ok := c.find(buf, key); ok {
+	if id, ok := c.find(key, n); ok {
 		lst.frames = append(lst.frames[:0], d.in.Stacks[id]...)
 		lst.hashedN = -1
 		lst.known, lst.knownN = id, int32(len(lst.frames))
 		d.pos += n
 		return true
 	}
-	n := scanRun(buf)
-	if n == 0 {
-		return false
-	}
-	if len(c.arena)+n > maxRunArena {
-		c.clear()
-	}
-	c.pendHash, c.pendOff, c.pendLen, c.pendEnd, c.pending = key, uint32(len(c.arena)), uint32(n), d.offset()+int64(n), true
-	c.arena = append(c.arena, buf[:n]...)
+	c.pendKey, c.pendLen, c.pendEnd, c.pending = key, n, d.offset()+int64(n), true
 	return false
 }
 
 // recordRun is called by frameRun when a run that cachedRun noted has been decoded to its
-// APPENDS: if its stack is already interned, the run's bytes now stand for it. (A stack seen
+// APPENDS: if its stack is already interned, the run's key now stands for it. (A stack seen
 // for the first time is interned later, where the list is reduced, so that stack ids keep
 // their order of first appearance; the run is recorded at its next occurrence.)
 func (d *decoder) recordRun(lst *object, h uint64) {
@@ -210,10 +245,9 @@ func (d *decoder) recordRun(lst *object, h uint64) {
 	c.pending = false
 	id, ok := d.in.Find(lst.frames, h)
 	if !ok {
-		c.arena = c.arena[:c.pendOff]
 		return
 	}
-	c.file(c.pendHash, c.pendOff, c.pendLen, id)
+	c.file(c.pendKey, c.pendLen, id)
 	lst.known, lst.knownN = id, int32(len(lst.frames))
 }
 
@@ -222,34 +256,51 @@ func (c *runCache) put(buf []byte, n int, id snapshot.StackID) {
 	if c.off || n == 0 || n > maxRunBytes {
 		return
 	}
-	if len(c.arena)+n > maxRunArena {
-		c.clear()
+	key, kn := c.keys.key(buf)
+	if kn != n {
+		// The keyer guessed the length of another run with the same first bytes: the key is
+		// that of the run as decoded, and the keyer learns its length.
+		key = maphash.Bytes(c.keys.seed, buf[:n])
+		c.keys.learn(buf, n)
 	}
-	key, off := c.runKey(buf), uint32(len(c.arena))
-	c.arena = append(c.arena, buf[:n]...)
-	c.file(key, off, uint32(n), id)
+	c.file(key, n, id)
 }
 
-// file enters a run whose bytes are arena[off : off+n] under its key.
-func (c *runCache) file(key uint64, off, n uint32, id snapshot.StackID) {
+// file enters the run of the given key and length n.
+func (c *runCache) file(key uint64, n int, id snapshot.StackID) {
 	if c.used++; c.used > 2*len(c.table) && len(c.table) < maxRunBuckets {
 		c.grow()
 	}
 	b := &c.table[key&uint64(len(c.table)-1)]
 	w := len(b) - 1
 	for k := range b {
-		if b[k].tag == 0 {
+		if b[k].n == 0 {
 			w = k
 			break
 		}
 	}
-	b[w] = runEntry{tag: runTag(key), off: off, n: uint16(n), id: id}
+	b[w] = runEntry{key: key, n: uint16(n), id: id}
 }
 
-// grow makes the table four times larger. Entries do not keep their full hash, so they are
-// dropped (and recorded again as they are met; their bytes stay in the arena until it is
-// cleared).
+// grow makes the table four times larger and files the entries again by their keys (the
+// entries of a bucket spread over four buckets of the new table, none over another's).
 func (c *runCache) grow() {
-	c.table = make([]runBucket, 4*len(c.table))
+	old := c.table
+	c.table = make([]runBucket, 4*len(old))
 	c.used = 0
+	for i := range old {
+		for _, e := range old[i] {
+			if e.n == 0 {
+				continue
+			}
+			b := &c.table[e.key&uint64(len(c.table)-1)]
+			for w := range b {
+				if b[w].n == 0 {
+					b[w] = e
+					c.used++
+					break
+				}
+			}
+		}
+	}
 }

@@ -10,16 +10,16 @@ import (
 
 // runScanner works out the run cache's keys of the tracebacks ahead of the decoder, on another
 // core: it walks the input in chunks, finds where a frames list's run of memo references may
-// start (EMPTY_LIST MEMOIZE MARK, then BINGET or LONG_BINGET), and hashes each as runKey
-// would. A key is a function of the bytes alone, so the decoder takes it instead of hashing
-// when its traceback starts at a position the scanner reached first, and hashes itself
-// otherwise: the result is the same either way. Positions that are not really a run (those
-// bytes inside a string or a number) only cost the scanner a hash.
+// start (EMPTY_LIST MEMOIZE MARK, then BINGET or LONG_BINGET), and keys each with a keyer of
+// its own (runKeyer). A key is a function of the bytes alone, so the decoder takes it instead
+// of hashing when its traceback starts at a position the scanner reached first, and hashes
+// itself otherwise: the result is the same either way. Positions that are not really a run
+// (those bytes inside a string or a number) only cost the scanner a hash.
 //
 // Only for an in-place decode (the whole input in memory) large enough to pay for it.
 type runScanner struct {
 	input  []byte
-	seed   maphash.Seed // the run cache's
+	keys   runKeyer // with the run cache's seed
 	chunks chan *scanChunk
 	// free takes the chunks the decoder is done with back to the scanner: their room is
 	// reused, so the scan's memory stays a few chunks' worth (garbage would wait for a GC
@@ -32,11 +32,12 @@ type runScanner struct {
 	i   int
 }
 
-// scanChunk is the keys of the runs starting in input[start:end], in input order.
+// scanChunk is the keys and lengths of the runs starting in input[start:end], in input order.
 type scanChunk struct {
 	start, end int
 	pos        []int
 	keys       []uint64
+	lens       []uint16
 }
 
 const (
@@ -63,7 +64,7 @@ func startRunScanner(input []byte, seed maphash.Seed) *runScanner {
 	default:
 		return nil
 	}
-	s := &runScanner{input: input, seed: seed, chunks: make(chan *scanChunk, scanAhead),
+	s := &runScanner{input: input, keys: runKeyer{seed: seed}, chunks: make(chan *scanChunk, scanAhead),
 		free: make(chan *scanChunk, scanAhead+2), stop: make(chan struct{})}
 	s.wg.Add(1)
 	go s.scan()
@@ -87,7 +88,7 @@ func (s *runScanner) scan() {
 		var ch *scanChunk
 		select {
 		case ch = <-s.free:
-			ch.pos, ch.keys = ch.pos[:0], ch.keys[:0]
+			ch.pos, ch.keys, ch.lens = ch.pos[:0], ch.keys[:0], ch.lens[:0]
 		default:
 			ch = &scanChunk{}
 		}
@@ -99,13 +100,15 @@ func (s *runScanner) scan() {
 			}
 			at += k + 3
 			if at < len(s.input) && s.input[at]|2 == 'j' {
-				key, q := runKeyAndEnd(s.seed, s.input[at:])
-				ch.pos = append(ch.pos, at)
-				ch.keys = append(ch.keys, key)
-				// The search goes on past the bytes just hashed: a run's memo references hold
-				// no other run (and a start found inside anything else only costs a key the
-				// decoder then works out itself).
-				at += q
+				if key, n := s.keys.key(s.input[at:]); n > 0 {
+					ch.pos = append(ch.pos, at)
+					ch.keys = append(ch.keys, key)
+					ch.lens = append(ch.lens, uint16(n))
+					// The search goes on past the run: its memo references hold no other
+					// (and a start found inside anything else only costs a key the decoder
+					// never asks for).
+					at += n
+				}
 			}
 		}
 		select {
@@ -116,14 +119,14 @@ func (s *runScanner) scan() {
 	}
 }
 
-// key returns the run key of the run at input[at:] if the scanner has it. The decoder asks
-// for increasing positions.
-func (s *runScanner) key(at int) (uint64, bool) {
+// key returns the key and length of the run at input[at:] if the scanner has them. The
+// decoder asks for increasing positions.
+func (s *runScanner) key(at int) (uint64, int, bool) {
 	for s.cur == nil || at >= s.cur.end {
 		select {
 		case ch, ok := <-s.chunks:
 			if !ok {
-				return 0, false
+				return 0, 0, false
 			}
 			if s.cur != nil {
 				select {
@@ -133,20 +136,20 @@ func (s *runScanner) key(at int) (uint64, bool) {
 			}
 			s.cur, s.i = ch, 0
 		default:
-			return 0, false // the scanner is behind: the decoder hashes
+			return 0, 0, false // the scanner is behind: the decoder hashes
 		}
 	}
 	if at < s.cur.start {
-		return 0, false
+		return 0, 0, false
 	}
 	pos := s.cur.pos
 	for s.i < len(pos) && pos[s.i] < at {
 		s.i++
 	}
 	if s.i < len(pos) && pos[s.i] == at {
-		return s.cur.keys[s.i], true
+		return s.cur.keys[s.i], int(s.cur.lens[s.i]), true
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // close stops the scanner and waits for it: the input may be unmapped afterwards.
