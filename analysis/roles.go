@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
+	"github.com/memsnap/memsnap/analysis/internal/prefetch"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -531,6 +533,10 @@ func (d *deviceRoles) stat(id snapshot.StackID) *lifeStats {
 	return &d.stats[i]
 }
 
+// readAhead is how many events ahead a pass over a trace fetches the per-block record an event
+// will touch.
+const readAhead = 16
+
 // lifetimes computes (once) how each stack's allocations ended relative to the phase run that
 // made them (a run: consecutive events in one phase), which blocks alive at the end were
 // allocated in the trace, and in which phase blocks alive before the trace were freed.
@@ -563,6 +569,13 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 		}
 	}
 	for i := range d.evs {
+		// The record of the block an event a few on names: a long trace's records do not stay
+		// in the cache, and fetched ahead their misses overlap.
+		if j := i + readAhead; j < len(d.evs) {
+			if id := x.Slot[j]; id >= 0 {
+				prefetch.Line(unsafe.Pointer(&live[id]))
+			}
+		}
 		ev := &d.evs[i] // not a copy: millions of events
 		cur := d.phases[i]
 		for int(run)+1 < len(d.runStarts) && d.runStarts[run+1] <= i {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/memsnap/memsnap/analysis/internal/prefetch"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -859,21 +860,21 @@ func (t *Trace) prefetchFrees(live []*Block, i int) {
 	ids := t.ids
 	if j := i + 2*freeAhead; j < len(ids) {
 		if id := ids[j]; id >= 0 {
-			prefetch(unsafe.Pointer(&live[id]))
+			prefetch.Line(unsafe.Pointer(&live[id]))
 		}
 	}
 	if j := i + freeAhead; j < len(ids) {
 		if id := ids[j]; id >= 0 && live[id] != nil {
-			prefetch(unsafe.Pointer(live[id]))
+			prefetch.Line(unsafe.Pointer(live[id]))
 		}
 	}
 	if j := i + freeAhead/2; j < len(ids) {
 		if id := ids[j]; id >= 0 && live[id] != nil {
 			if b := live[id]; b.prev != nil {
-				prefetch(unsafe.Pointer(b.prev))
+				prefetch.Line(unsafe.Pointer(b.prev))
 			}
 			if b := live[id]; b.next != nil {
-				prefetch(unsafe.Pointer(b.next))
+				prefetch.Line(unsafe.Pointer(b.next))
 			}
 		}
 	}
