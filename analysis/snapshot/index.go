@@ -89,10 +89,9 @@ func (b *TraceIndexer) Add(evs []Event) {
 	for i := range evs {
 		// Fetch ahead what the coming lookups read: the slot of the event 2×touchAhead on,
 		// and the address and tally record of the one touchAhead on (its slot has come in by
-		// then). The tables
-		// of a long trace (1.8 MB for 100 k blocks) do not stay in the cache while the decoder
-		// streams through it on the other core, and a lookup's two reads depend on each
-		// other: fetched ahead, the misses overlap instead of waiting in turn.
+		// then). The tables of a long trace (1.8 MB for 100 k blocks) do not stay in the cache
+		// while the decoder streams through it on the other core, and a lookup's two reads
+		// depend on each other: fetched ahead, the misses overlap instead of waiting in turn.
 		if j := i + 2*touchAhead; j < len(evs) {
 			x.blockID.prefetch(evs[j].Addr)
 		}
