@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/memsnap/memsnap/analysis/internal/hugepage"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -1276,7 +1277,7 @@ func (e *engine) touch(i, j int) {
 // walkTrace applies every event, tracking peaks, event counts and the time span.
 func walkTrace(ctx context.Context, e *engine, r *ReplayResult) (*walk, error) {
 	var counts [256]int64
-	lvl := make([]int64, len(e.evs)+1)
+	lvl := hugepage.Make[int64](len(e.evs)+1, len(e.evs)+1)
 	lvl[0] = e.allocated
 	w := &walk{allocsPerStack: make([]int, len(e.snap.Stacks)+1), before: lvl[:len(e.evs)], after: lvl[1:]}
 	// The peaks and times are kept in locals (registers) during the walk, not in r.

@@ -5,21 +5,6 @@ import (
 	"unsafe"
 )
 
-// adviseHuge asks the kernel to back a large, freshly allocated slice with transparent huge
-// pages. Filling hundreds of megabytes page by page costs a fault per 4 KiB, which on virtual
-// machines is the dominant cost of decoding a large snapshot; with huge pages it is one fault
-// per 2 MiB. Only a hint: errors are ignored, and the Go heap owns the memory as usual.
-func adviseHuge(p unsafe.Pointer, size uintptr) {
-	const huge = 2 << 20
-	start := (uintptr(p) + huge - 1) &^ (huge - 1)
-	end := (uintptr(p) + size) &^ (huge - 1)
-	if end <= start {
-		return
-	}
-	mem := unsafe.Slice((*byte)(unsafe.Add(p, start-uintptr(p))), end-start)
-	_ = syscall.Madvise(mem, 14) // MADV_HUGEPAGE
-}
-
 // mapScratch returns size zeroed bytes outside the Go heap, advised for huge pages, for
 // pointer-free scratch memory that lives only while one file decodes (the memo); release it
 // with unmapScratch. It falls back to the heap when the mapping fails.

@@ -4,9 +4,6 @@ package pickle
 
 import "unsafe"
 
-// adviseHuge is a no-op where transparent huge pages do not exist.
-func adviseHuge(unsafe.Pointer, uintptr) {}
-
 // mapScratch allocates scratch memory on the heap where anonymous mappings are not used.
 func mapScratch(size int) ([]byte, bool) { return make([]byte, size), false }
 

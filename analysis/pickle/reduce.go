@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/memsnap/memsnap/analysis/internal/hugepage"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -202,10 +203,7 @@ func (d *decoder) growEvents(l *eventList) {
 	if m := d.opt.MaxEvents; m > 0 {
 		c = max(min(c, 2*m), n+1)
 	}
-	evs := make([]snapshot.Event, n, c)
-	if size := uintptr(c) * unsafe.Sizeof(snapshot.Event{}); size >= 4<<20 {
-		adviseHuge(unsafe.Pointer(unsafe.SliceData(evs)), size)
-	}
+	evs := hugepage.Make[snapshot.Event](n, c)
 	copy(evs, l.events)
 	l.events = evs
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/memsnap/memsnap/analysis/internal/hugepage"
 	"github.com/memsnap/memsnap/analysis/internal/prefetch"
 )
 
@@ -73,10 +74,7 @@ type TraceIndexer struct{ x TraceIndex }
 
 // NewTraceIndexer starts an index; hint is the expected number of events (0 if unknown).
 func NewTraceIndexer(hint int) *TraceIndexer {
-	slot := make([]int32, 0, hint)
-	if size := uintptr(hint) * 4; size >= 4<<20 {
-		adviseHuge(unsafe.Pointer(unsafe.SliceData(slot[:hint])), size)
-	}
+	slot := hugepage.Make[int32](0, hint)
 	return &TraceIndexer{x: TraceIndex{Slot: slot}}
 }
 

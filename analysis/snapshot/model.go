@@ -5,7 +5,8 @@ package snapshot
 
 import (
 	"slices"
-	"unsafe"
+
+	"github.com/memsnap/memsnap/analysis/internal/hugepage"
 )
 
 // FrameID indexes Snapshot.Frames.
@@ -294,9 +295,6 @@ func (s *Snapshot) Compact() {
 
 // cloneEvents copies events into an array of their exact size, backed by huge pages when large.
 func cloneEvents(evs []Event) []Event {
-	out := make([]Event, 0, len(evs))
-	if size := uintptr(len(evs)) * unsafe.Sizeof(Event{}); size >= 4<<20 {
-		adviseHuge(unsafe.Pointer(unsafe.SliceData(out[:cap(out)])), size)
-	}
+	out := hugepage.Make[Event](0, len(evs))
 	return append(out, evs...)
 }
