@@ -7,12 +7,14 @@
 # RUNS rounds of
 #   memsnap summarize FILE --json >/dev/null
 #   python3 -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' FILE
+#   (an unmeasured memsnap summarize, so that no command is charged for Python's memory)
 #   memsnap top-stacks | oom | fragmentation | replay FILE --json, memsnap diff FILE FILE --json
 # under /usr/bin/time -v, each with the file in the page cache, and times a cold and a warm MCP
 # summarize call (bench/mcpbench).
 # It prints, per file, the median wall time and peak RSS of each, the ratios python/memsnap
 # side by side for both files (medians, then the fastest rounds), each command against
-# summarize, and the MCP calls against the CLI.
+# summarize (the ratio of the medians, and the median of each round's ratio), and the MCP
+# calls against the CLI.
 #
 # Environment: RUNS (default 5), SIZES (default "300 1000": which files, in MB, of 300 and
 # 1000), FILE (measure this snapshot only, instead of generating), MEMSNAP (use this binary
@@ -132,6 +134,11 @@ for f in "${files[@]}"; do
 		measure "$d/summarize" "$MEMSNAP" summarize "$f" --json
 		[[ -z "${BASELINE:-}" ]] || measure "$d/summarize.base" "$BASELINE" summarize "$f" --json
 		measure "$d/python" "$PYTHON" -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' "$f"
+		# Settle, unmeasured: on a VM the process after Python's run pays to have the memory
+		# Python gave back made resident again (here: top-stacks of the 296 MB file 1.0 s
+		# right after Python against 0.65 s after memsnap, all of it system time), so without
+		# this whichever command comes next would be charged for Python.
+		"$MEMSNAP" summarize "$f" --json >/dev/null
 		for c in $COMMANDS; do
 			for bin in "$MEMSNAP" ${BASELINE:+"$BASELINE"}; do
 				out=$d/$c
@@ -156,7 +163,7 @@ for f in "${files[@]}"; do
 	{
 		echo
 		awk -v f="$(basename "$f")" -v b="$bytes" -v runs="$RUNS" -v base="${BASELINE:-}" 'BEGIN { printf "%s (%.0f MB), median of %d rounds\n", f, b / 1e6, runs
-			printf "  %-28s %9s %9s %11s%s\n", "", "wall (s)", "x summ.", "RSS (MiB)", base == "" ? "" : "  x baseline (paired)" }'
+			printf "  %-28s %9s %9s %9s %11s%s\n", "", "wall (s)", "x summ.", "(paired)", "RSS (MiB)", base == "" ? "" : "  x baseline (paired)" }'
 		for c in summarize $COMMANDS; do
 			w=$(median 1 "$d/$c")
 			r=$(median 2 "$d/$c")
@@ -164,11 +171,13 @@ for f in "${files[@]}"; do
 			[[ $c == diff ]] && label="memsnap diff (the file twice)"
 			vs=""
 			[[ -z "${BASELINE:-}" ]] || vs=$(paired "$d/$c" "$d/$c.base")
-			awk -v l="$label" -v w="$w" -v r="$r" -v s="$mw" -v vs="$vs" 'BEGIN { printf "  %-28s %9.2f %8.2fx %11.0f", l, w, w / s, r / 1024
+			ps=$(paired "$d/$c" "$d/summarize")
+			awk -v l="$label" -v w="$w" -v r="$r" -v s="$mw" -v ps="$ps" -v vs="$vs" 'BEGIN { printf "  %-28s %9.2f %8.2fx %8.2fx %11.0f", l, w, w / s, ps, r / 1024
 				if (vs != "") printf " %12.2fx", vs
 				printf "\n" }'
 		done
-		awk -v w="$pw" -v r="$pr" -v s="$mw" 'BEGIN { printf "  %-28s %9.2f %8.2fx %11.0f\n", "python3 pickle.load", w, w / s, r / 1024 }'
+		ps=$(paired "$d/python" "$d/summarize")
+		awk -v w="$pw" -v r="$pr" -v s="$mw" -v ps="$ps" 'BEGIN { printf "  %-28s %9.2f %8.2fx %8.2fx %11.0f\n", "python3 pickle.load", w, w / s, ps, r / 1024 }'
 		if [[ "$MCP" != 0 ]]; then
 			cw=$(median 1 "$d/mcp")
 			ww=$(median 2 "$d/mcp")
