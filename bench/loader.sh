@@ -5,9 +5,10 @@
 # Builds memsnap, generates the files with bench/gensnap (cached in /tmp, keyed by the
 # generator's and the pickle writer's sources and the flags), then for each file alternates
 # RUNS rounds of
+#   (settle: an unmeasured memsnap summarize)
 #   memsnap summarize FILE --json >/dev/null
 #   python3 -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' FILE
-#   (an unmeasured memsnap summarize, so that no command is charged for Python's memory)
+#   (settle)
 #   memsnap top-stacks | oom | fragmentation | replay FILE --json, memsnap diff FILE FILE --json
 # under /usr/bin/time -v, each with the file in the page cache, and times a cold and a warm MCP
 # summarize call (bench/mcpbench).
@@ -96,6 +97,15 @@ measure() {
 		}' "$work/time.txt" >>"$out" || { echo "loader.sh: cannot parse /usr/bin/time output" >&2; exit 1; }
 }
 
+# settle runs memsnap summarize unmeasured. On a VM the process after one that used much more
+# memory pays to have that memory made resident again (here: top-stacks of the 296 MB file took
+# 1.0 s right after Python's load, 0.65 s after memsnap's, the difference all system time), so
+# each round starts with it (after the last round's diff and MCP server) and it runs again
+# after Python's: every measured memsnap process then follows one of its own size.
+settle() {
+	"$MEMSNAP" summarize "$f" --json >/dev/null
+}
+
 # median COLUMN FILE
 median() {
 	cut -d' ' -f"$1" "$2" | sort -g | awk '{ v[NR] = $1 } END {
@@ -131,14 +141,11 @@ for f in "${files[@]}"; do
 	d=$work/$(basename "$f")
 	mkdir -p "$d"
 	for i in $(seq "$RUNS"); do
+		settle
 		measure "$d/summarize" "$MEMSNAP" summarize "$f" --json
 		[[ -z "${BASELINE:-}" ]] || measure "$d/summarize.base" "$BASELINE" summarize "$f" --json
 		measure "$d/python" "$PYTHON" -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' "$f"
-		# Settle, unmeasured: on a VM the process after Python's run pays to have the memory
-		# Python gave back made resident again (here: top-stacks of the 296 MB file 1.0 s
-		# right after Python against 0.65 s after memsnap, all of it system time), so without
-		# this whichever command comes next would be charged for Python.
-		"$MEMSNAP" summarize "$f" --json >/dev/null
+		settle
 		for c in $COMMANDS; do
 			for bin in "$MEMSNAP" ${BASELINE:+"$BASELINE"}; do
 				out=$d/$c
