@@ -116,8 +116,9 @@ func loadSnapshot(ctx context.Context, path string, o loadOptions) (*snapshot.Sn
 	snap, err := load.File(ctx, path, o.options())
 	// What the decoder leaves (tens of MB on a large file) is garbage now, and the next
 	// collection would be far off (SetGCPercent above): collect it, so that the analysis
-	// reuses those pages instead of faulting in new ones, which costs microseconds a page on
-	// virtual machines. The collection is cheap: the snapshot is mostly pointer-free arrays.
+	// reuses those pages instead of new ones the kernel must zero first, which on a VM may
+	// also have to be backed by the host again. The collection takes about a millisecond: the
+	// snapshot is mostly pointer-free arrays.
 	runtime.GC()
 	return snap, err
 }

@@ -1,8 +1,8 @@
-// Package hugepage asks the kernel to back large arrays with transparent huge pages. Filling
-// tens or hundreds of megabytes page by page costs a fault per 4 KiB, which on virtual machines
-// costs microseconds each and becomes a large part of loading and analysing a big snapshot;
-// with huge pages it is one fault per 2 MiB. Everything here is a hint: the Go heap owns the
-// memory as usual, errors are ignored, and other systems get plain slices.
+// Package hugepage asks the kernel to back large arrays with transparent huge pages: filling
+// tens or hundreds of megabytes page by page costs a fault per 4 KiB, with huge pages one per
+// 2 MiB, and fewer TLB misses on the passes over them afterwards. Everything here is a hint:
+// the Go heap owns the memory as usual, errors are ignored, and other systems get plain
+// slices.
 package hugepage
 
 import "unsafe"
