@@ -354,7 +354,7 @@ func decodeOnce(ctx context.Context, r io.Reader, data []byte, opt Options) (*Re
 	}
 	defer d.memo.release()
 	res, err := d.decode()
-	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * int64(unsafe.Sizeof(val{})), Objects: len(d.objs), FastEvents: d.fastEvents, KeysAhead: d.keysAhead}
+	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * memoSlotSize, Objects: len(d.objs), FastEvents: d.fastEvents, KeysAhead: d.keysAhead}
 	if opt.Stats != nil {
 		*opt.Stats = st
 	}
@@ -616,8 +616,8 @@ func (d *decoder) memoFar(idx uint64, v val) {
 }
 
 func (d *decoder) memoGet(at int64, idx uint64) (val, error) {
-	if p := d.memo.at(idx); p != nil && p.k != kMark {
-		v := d.resolved(*p)
+	if p, ok := d.memo.get(idx); ok && p.k != kMark {
+		v := d.resolved(p)
 		if v.k == kEvent && d.open != 0 {
 			return val{}, errRedo // an event of the open batch would still be a dict
 		}
@@ -1385,16 +1385,34 @@ func decodeLong8(raw []byte, n int) val {
 }
 
 // memoTable is the dense part of the memo, in fixed pages so that growing it never copies.
+// A slot is 8 bytes, the value packed (packSlot): the memo of a large snapshot holds millions
+// of slots, all fresh memory the kernel zeroes first, and all written and read while the
+// trace decodes. A value that does not pack (an x of more than 59 bits: a negative or huge
+// int, a float; pickle writers never memoize those, but an input may) is kept in spill and
+// its slot names it.
 type memoTable struct {
 	// pages are arrays, not slices: an index masked to a page's size needs no bounds check,
 	// and the memo is read a dozen times per trace event.
-	pages  []*[1 << memoPageBits]val
+	pages  []*[1 << memoPageBits]uint64
 	raw    [][]byte // the pages' memory, to release
 	mapped []bool   // raw[i] is an anonymous mapping (else heap memory)
 	n      uint64   // slots 0..n-1 exist (unset ones hold kMark); pages beyond n are zero
+	spill  []val    // the values of kSpill slots, by the slot's x
 }
 
-const memoPageBits = 17 // 4 MiB pages: each holds at least one aligned huge page
+const (
+	memoPageBits = 18 // 2 MiB pages
+	memoSlotSize = 8
+	// A slot holds the kind in its top bits and x below.
+	slotKindShift = 59
+	slotXMask     = 1<<slotKindShift - 1
+)
+
+// kSpill marks a memo slot whose value is in memoTable.spill (never a value).
+const kSpill = kMark + 1
+
+// The kinds must fit above a slot's x.
+var _ = [1 << (64 - slotKindShift)]struct{}{}[kSpill]
 
 // release returns the pages; the table is empty afterwards.
 func (m *memoTable) release() {
@@ -1404,11 +1422,34 @@ func (m *memoTable) release() {
 	*m = memoTable{}
 }
 
-func (m *memoTable) at(i uint64) *val {
+// get returns slot i's value (kMark if it was never set), or false past the table's end.
+func (m *memoTable) get(i uint64) (val, bool) {
 	if i >= m.n {
-		return nil
+		return val{}, false
 	}
-	return m.slot(i)
+	s := m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)]
+	if k := kind(s >> slotKindShift); k != kSpill {
+		return val{k: k, x: s & slotXMask}, true
+	}
+	return m.spill[s&slotXMask], true
+}
+
+// put writes slot i, which exists (or is reserved), with any value.
+func (m *memoTable) put(i uint64, v val) {
+	if !fits(v) {
+		m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)] = m.spilled(v)
+		return
+	}
+	m.putPacked(i, v)
+}
+
+// spilled keeps v in spill and returns the slot that names it (out of line: rare, and the
+// writes that may call it are on the hot path).
+//
+//go:noinline
+func (m *memoTable) spilled(v val) uint64 {
+	m.spill = append(m.spill, v)
+	return uint64(kSpill)<<slotKindShift | uint64(len(m.spill)-1)
 }
 
 func (m *memoTable) set(i uint64, v val) {
@@ -1417,11 +1458,11 @@ func (m *memoTable) set(i uint64, v val) {
 			m.addPage()
 		}
 		if m.n < i { // a slot skipped by BINPUT stays unset
-			*m.slot(m.n) = val{k: kMark}
+			m.put(m.n, val{k: kMark})
 		}
 		m.n++
 	}
-	*m.slot(i) = v
+	m.put(i, v)
 }
 
 // reserve makes sure the pages hold k more slots, so that the next k pushes may follow.
@@ -1431,26 +1472,31 @@ func (m *memoTable) reserve(k uint64) {
 	}
 }
 
-// push sets the next slot, the memo's first unset one, and returns its index. The slot must
-// be reserved (it inlines: a page to add would be a call).
+// push sets the next slot, the memo's first unset one, to v, which must pack (fits: a string,
+// a stack, an event of a near object, kNone), and returns its index. The slot must be
+// reserved (it inlines: a page to add, or a value to spill, would be a call).
 func (m *memoTable) push(v val) uint64 {
 	i := m.n
 	m.n++
-	m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)] = v
+	m.putPacked(i, v)
 	return i
+}
+
+// fits reports whether v packs into a slot.
+func fits(v val) bool { return v.x <= slotXMask }
+
+// putPacked writes slot i, which exists (or is reserved), with v, which must pack.
+func (m *memoTable) putPacked(i uint64, v val) {
+	m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)] = uint64(v.k)<<slotKindShift | v.x
 }
 
 // addPage maps one more page. Memo pages hold no pointers, so they can live outside the Go
 // heap for the decode's duration: no GC accounting, huge pages, returned at once afterwards.
 func (m *memoTable) addPage() {
-	raw, mapped := mapScratch((1 << memoPageBits) * int(unsafe.Sizeof(val{})))
+	raw, mapped := mapScratch((1 << memoPageBits) * memoSlotSize)
 	m.raw = append(m.raw, raw)
 	m.mapped = append(m.mapped, mapped)
-	m.pages = append(m.pages, (*[1 << memoPageBits]val)(unsafe.Pointer(unsafe.SliceData(raw))))
-}
-
-func (m *memoTable) slot(i uint64) *val {
-	return &m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)]
+	m.pages = append(m.pages, (*[1 << memoPageBits]uint64)(unsafe.Pointer(unsafe.SliceData(raw))))
 }
 
 // frameRun is the hot path of a snapshot: a traceback written as EMPTY_LIST MARK, then one
@@ -1485,11 +1531,11 @@ func (d *decoder) frameRun() {
 			case 'j':
 				idx, width = uint64(binary.LittleEndian.Uint32(buf[pos+1:])), 5
 			}
-			var p *val
+			var p val
 			if width > 0 {
-				p = d.memo.at(idx)
+				p, _ = d.memo.get(idx)
 			}
-			if p == nil || p.k != kFrame {
+			if p.k != kFrame {
 				d.pos, lst.frames = pos, frames
 				if buf[pos] == 'e' || len(frames) == start {
 					lst.framesHash, lst.hashedN = h, len(frames)
@@ -1608,11 +1654,11 @@ func (d *decoder) fastOps() {
 			if buf[pos] == 'j' {
 				idx, width = uint64(binary.LittleEndian.Uint32(buf[pos+1:])), 5
 			}
-			p := d.memo.at(idx)
-			if p == nil || p.k == kMark {
+			p, ok := d.memo.get(idx)
+			if !ok || p.k == kMark {
 				return
 			}
-			v := d.resolved(*p)
+			v := d.resolved(p)
 			if v.k == kEvent && d.open != 0 {
 				return // memoGet decides
 			}

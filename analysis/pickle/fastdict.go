@@ -51,8 +51,8 @@ func (d *decoder) fastDict(buf []byte, pos int) int {
 		default:
 			return -1
 		}
-		k := d.memo.at(idx)
-		if k == nil || k.k != kStr {
+		k, _ := d.memo.get(idx)
+		if k.k != kStr {
 			return -1
 		}
 		var v val
@@ -83,11 +83,11 @@ func (d *decoder) fastDict(buf []byte, pos int) int {
 			} else {
 				vi, p = uint64(binary.LittleEndian.Uint32(buf[p+1:])), p+5
 			}
-			s := d.memo.at(vi)
-			if s == nil {
+			s, ok := d.memo.get(vi)
+			if !ok {
 				return -1
 			}
-			switch v = d.resolved(*s); v.k {
+			switch v = d.resolved(s); v.k {
 			case kStr, kInt, kUint, kFloat, kBool, kNone, kStack:
 			default: // containers (sharing is tracked), unset slots, anything rarer
 				return -1
@@ -110,7 +110,7 @@ func (d *decoder) fastDict(buf []byte, pos int) int {
 		default:
 			return -1
 		}
-		items[n], items[n+1] = *k, v
+		items[n], items[n+1] = k, v
 		n += 2
 	}
 	// Commit. The dict takes the next memo slot, each inline list the one after.

@@ -79,8 +79,8 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		if t := &d.keyTmpl[n-1]; t.idx == idx+1 {
 			code = t.code
 		} else {
-			k := d.memo.at(idx)
-			if k == nil || k.k != kStr {
+			k, _ := d.memo.get(idx)
+			if k.k != kStr {
 				return -1
 			}
 			code = d.keys[k.x]
@@ -116,11 +116,11 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			} else {
 				vi, p = uint64(binary.LittleEndian.Uint32(buf[p+1:])), p+5
 			}
-			s := d.memo.at(vi)
-			if s == nil {
+			s, ok := d.memo.get(vi)
+			if !ok {
 				return -1
 			}
-			switch v = d.resolved(*s); v.k {
+			switch v = d.resolved(s); v.k {
 			case kStr, kInt, kUint, kFloat, kBool, kNone, kStack:
 			default:
 				return -1
@@ -306,7 +306,11 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		d.appendEvent(l, ev)
 	}
 	d.fastEvents++
-	*d.memo.slot(slot) = val{k: kEvent, x: target.x<<32 | uint64(len(l.events)-1)}
+	if ev := (val{k: kEvent, x: target.x<<32 | uint64(len(l.events)-1)}); fits(ev) {
+		d.memo.putPacked(slot, ev)
+	} else {
+		d.memo.put(slot, ev)
+	}
 	d.memoAhead()
 	return p + 1
 }
@@ -341,13 +345,13 @@ func (d *decoder) missedRun(buf []byte) (int, bool) {
 		default:
 			return 0, false
 		}
-		f := d.memo.at(idx)
-		if f == nil {
+		f, ok := d.memo.get(idx)
+		if !ok {
 			return 0, false
 		}
 		// A frame dict shared before it was reduced keeps its object in the memo: APPENDS
 		// would resolve it, as here.
-		fv := d.resolved(*f)
+		fv := d.resolved(f)
 		if fv.k != kFrame {
 			return 0, false
 		}

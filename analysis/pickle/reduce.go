@@ -29,8 +29,8 @@ func (d *decoder) reduceTo(v, r val) {
 	// The memo slot now holds the reduction itself (every read of it resolves to that anyway),
 	// so a frame dict named twice in its first traceback still reads as a frame in frameRun.
 	if slot := o.memoSlot; slot >= 0 {
-		if p := d.memo.at(uint64(slot)); p != nil && p.k == v.k && p.x == v.x {
-			*p = r
+		if p, ok := d.memo.get(uint64(slot)); ok && p == v {
+			d.memo.put(uint64(slot), r)
 		}
 	}
 	if !o.shared {
