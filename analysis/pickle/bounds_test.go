@@ -153,6 +153,9 @@ func TestHostilePatternsBounded(t *testing.T) {
 		"EMPTY_LIST MEMOIZE":     rep("]\x94"),
 		"EMPTY_LIST MEMOIZE POP": "N" + rep("]\x940"),
 		"MEMOIZE":                "N" + rep("\x94"),
+		"MEMOIZE of a float":     "G\xc0" + strings.Repeat("\x00", 7) + rep("\x94"), // -2.0: a value the memo's slots cannot pack
+		"BINPUT of a float":      "G\xc0" + strings.Repeat("\x00", 7) + "\x94" + rep("q\x00"),
+		"BINPUT of an int":       "J\xff\xff\xff\xff" + rep("q\x00q\x01"),
 		"NONE items":             batches("N"),
 		"int items":              batches("K\x00"),
 		"string items":           batches("\x8c\x00"),

@@ -150,6 +150,9 @@ const (
 	kBlock      // x indexes d.blocks: a reduced block dict
 	kGlobal
 	kMark // only on the mark stack bookkeeping, never a value
+	// kSpill marks a memo slot whose value is in memoTable.spill (never a value). Last: the
+	// memo's packed slots hold every kind up to it in their top bits.
+	kSpill
 )
 
 func isContainer(k kind) bool { return k-kList <= kEmptyDict-kList } // one unsigned compare
@@ -1408,10 +1411,7 @@ const (
 	slotXMask     = 1<<slotKindShift - 1
 )
 
-// kSpill marks a memo slot whose value is in memoTable.spill (never a value).
-const kSpill = kMark + 1
-
-// The kinds must fit above a slot's x.
+// Every kind must fit above a slot's x (kSpill is the last).
 var _ = [1 << (64 - slotKindShift)]struct{}{}[kSpill]
 
 // release returns the pages; the table is empty afterwards.
@@ -1434,10 +1434,17 @@ func (m *memoTable) get(i uint64) (val, bool) {
 	return m.spill[s&slotXMask], true
 }
 
-// put writes slot i, which exists (or is reserved), with any value.
+// put writes slot i, which exists (or is reserved), with any value. A slot that spilled
+// before keeps its spill entry (each entry belongs to one slot), so rewriting a slot again and
+// again (BINPUT) does not grow the spill.
 func (m *memoTable) put(i uint64, v val) {
 	if !fits(v) {
-		m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)] = m.spilled(v)
+		p := &m.pages[i>>memoPageBits][i&(1<<memoPageBits-1)]
+		if kind(*p>>slotKindShift) == kSpill {
+			m.spill[*p&slotXMask] = v
+			return
+		}
+		*p = m.spilled(v)
 		return
 	}
 	m.putPacked(i, v)
@@ -1448,6 +1455,11 @@ func (m *memoTable) put(i uint64, v val) {
 //
 //go:noinline
 func (m *memoTable) spilled(v val) uint64 {
+	if len(m.spill) == cap(m.spill) {
+		// Doubled, not append's quarter more for a large slice: a hand-made input can spill
+		// a slot per byte, and all its growth counts toward the bytes a decode may allocate.
+		m.spill = append(make([]val, 0, 2*cap(m.spill)+16), m.spill...)
+	}
 	m.spill = append(m.spill, v)
 	return uint64(kSpill)<<slotKindShift | uint64(len(m.spill)-1)
 }

@@ -8,7 +8,8 @@ import (
 // TestMemoTableSlots pins the packed memo: every value reads back as written, whether its x
 // packs into a slot or spills (a negative int, a float, an event of a far object), through
 // set, push (values that pack) and rewrites of either form by the other, across a page
-// boundary; unset slots read kMark and slots past the end do not exist.
+// boundary; unset slots read kMark, slots past the end do not exist, and rewrites of a spilled
+// slot do not grow the spill.
 func TestMemoTableSlots(t *testing.T) {
 	var m memoTable
 	defer m.release()
@@ -67,8 +68,17 @@ func TestMemoTableSlots(t *testing.T) {
 	if got, _ := m.get(far); got != values[4] {
 		t.Errorf("far slot reads %+v, want %+v", got, values[4])
 	}
-	// Four of the values spill: appended, rewritten into slots, and the one set far ahead.
-	if len(m.spill) != 4+4+1 {
-		t.Errorf("spill holds %d values, want 9", len(m.spill))
+	// Four values spill when appended; of the rewrites, the two into slots that held packed
+	// values add entries, those into spilled slots reuse theirs; the far one adds one.
+	if len(m.spill) != 4+2+1 {
+		t.Errorf("spill holds %d values, want 7", len(m.spill))
+	}
+	// Rewriting a spilled slot with another value that spills, again and again, reuses its
+	// entry.
+	for k := range 100 {
+		m.put(far, val{k: kFloat, x: math.Float64bits(float64(-1 - k))})
+	}
+	if got, _ := m.get(far); got != (val{k: kFloat, x: math.Float64bits(-100)}) || len(m.spill) != 7 {
+		t.Errorf("after 100 rewrites the far slot reads %+v and spill holds %d values, want -100 and 7", got, len(m.spill))
 	}
 }
