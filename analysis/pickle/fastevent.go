@@ -306,10 +306,11 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		d.appendEvent(l, ev)
 	}
 	d.fastEvents++
-	if ev := (val{k: kEvent, x: target.x<<32 | uint64(len(l.events)-1)}); fits(ev) {
-		d.memo.putPacked(slot, ev)
+	// put, with its common case inline (put itself is too large to inline).
+	if stored := (val{k: kEvent, x: target.x<<32 | uint64(len(l.events)-1)}); fits(stored) {
+		d.memo.putPacked(slot, stored)
 	} else {
-		d.memo.put(slot, ev)
+		d.memo.put(slot, stored)
 	}
 	d.memoAhead()
 	return p + 1

@@ -4,6 +4,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/memsnap/memsnap/analysis/internal/hugepage"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -40,7 +41,7 @@ func startIndexPipe() *indexPipe {
 		defer close(p.done)
 		for j := range p.jobs {
 			if j.aheadN > 0 {
-				populate(j.ahead, j.aheadN)
+				hugepage.Populate(j.ahead, j.aheadN)
 			}
 			if j.l == nil {
 				continue
