@@ -336,55 +336,30 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 			sd.finals = append(sd.finals, *b)
 		}
 	}
-	// First block event per address, the last alloc per address, and the first segment event
-	// per segment address; whether an alloc size is not a multiple of 512 (see
-	// traceSizesAreRequested, whose test this pass makes on the way).
-	sd.first = make([]int32, len(x.Blocks))
-	for i := range sd.first {
-		sd.first[i] = -1
-	}
-	lastAlloc := make([]int32, len(x.Blocks))            // the last alloc event at each block id, plus one
-	firstSeg := make([]snapshot.Action, len(x.Segments)) // ActionOther: none yet
-	var segFrees []int                                   // segment_free/unmap events that come first at their address
-	var oddSize int64
+	// The first block event per address, each address's last alloc and the first segment
+	// event per segment address come from the index and its tally, built while the file
+	// loaded; so does whether an alloc size is not a multiple of 512 (see
+	// traceSizesAreRequested, whose test is made here on the final blocks).
 	evs := sd.evs
-	for i := range evs {
-		ev := &evs[i]
-		switch ev.Action {
-		case snapshot.ActionAlloc, snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-			id := x.Slot[i]
-			if sd.first[id] < 0 {
-				sd.first[id] = int32(i)
-			}
-			if ev.Action == snapshot.ActionAlloc {
-				lastAlloc[id] = int32(i + 1)
-				oddSize |= ev.Size % 512
-			}
-		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
-			sd.segNet += ev.Size
-			if id := x.Slot[i]; firstSeg[id] == snapshot.ActionOther {
-				firstSeg[id] = ev.Action
-			}
-		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
-			sd.segNet -= ev.Size
-			if id := x.Slot[i]; firstSeg[id] == snapshot.ActionOther {
-				firstSeg[id] = ev.Action
-			}
-			if firstSeg[x.Slot[i]] == ev.Action {
-				segFrees = append(segFrees, i)
-			}
-		}
-	}
-	// traceSizesAreRequested, from what the pass collected (it reads the last alloc of final
-	// blocks only).
-	sd.requested = oddSize != 0
+	t := &x.Tally
+	sd.first = x.BlockFirst
+	_, _, _, sd.segNet = t.Peaks()
+	sd.requested = t.OddAllocSize
 	for _, fb := range blockIDs {
 		if sd.requested {
 			break
 		}
-		if l := lastAlloc[fb.id]; l > 0 && sd.finalID[fb.id] >= 0 {
-			sz := evs[l-1].Size
+		if sz, ok := t.LastAllocSize(fb.id); ok && sd.finalID[fb.id] >= 0 {
 			sd.requested = sz != fb.b.Size && sz == fb.b.RequestedSize
+		}
+	}
+	// firstSeg: each segment address's first event; segFrees: those that are a free or an
+	// unmap.
+	firstSeg := func(id int32) snapshot.Action { return evs[x.SegmentFirst[id]].Action }
+	var segFrees []int
+	for _, i := range x.SegmentFirst {
+		if a := evs[i].Action; a == snapshot.ActionSegmentFree || a == snapshot.ActionSegmentUnmap {
+			segFrees = append(segFrees, int(i))
 		}
 	}
 	// Segments alive before the trace: in the final state without a segment event first, or
@@ -395,7 +370,7 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 			continue
 		}
 		id, ok := x.Segment(s.Address)
-		if !ok || firstSeg[id] == snapshot.ActionSegmentFree || firstSeg[id] == snapshot.ActionSegmentUnmap {
+		if !ok || firstSeg(id) == snapshot.ActionSegmentFree || firstSeg(id) == snapshot.ActionSegmentUnmap {
 			sd.segs[s.Address] = segRec{s.TotalSize, s.Stream}
 		}
 	}

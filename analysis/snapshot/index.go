@@ -18,9 +18,12 @@ type TraceIndex struct {
 	// Slot[i] is the id of event i's address among blocks or segments (by its action), -1 for
 	// events of any other action.
 	Slot []int32
-	// Blocks and Segments give each id's address.
-	Blocks   []uint64
-	Segments []uint64
+	// Blocks and Segments give each id's address; BlockFirst and SegmentFirst the index of
+	// the id's first event (ids are numbered as they first appear: these are increasing).
+	Blocks       []uint64
+	Segments     []uint64
+	BlockFirst   []int32
+	SegmentFirst []int32
 	// Tally is what a pass over the trace in order finds (see TraceTally).
 	Tally   TraceTally
 	blockID addrTable
@@ -103,14 +106,19 @@ func (b *TraceIndexer) Add(evs []Event) {
 		}
 		e := &evs[i]
 		id := int32(-1)
+		at := int32(len(x.Slot))
 		switch e.Action {
 		case ActionAlloc, ActionFreeRequested, ActionFreeCompleted:
-			id = x.blockID.add(e.Addr, &x.Blocks)
+			if id = x.blockID.add(e.Addr, &x.Blocks); int(id) == len(x.BlockFirst) {
+				x.BlockFirst = append(x.BlockFirst, at)
+			}
 		case ActionSegmentAlloc, ActionSegmentFree, ActionSegmentMap, ActionSegmentUnmap:
-			id = x.segID.add(e.Addr, &x.Segments)
+			if id = x.segID.add(e.Addr, &x.Segments); int(id) == len(x.SegmentFirst) {
+				x.SegmentFirst = append(x.SegmentFirst, at)
+			}
 		}
 		x.Slot = append(x.Slot, id)
-		x.Tally.add(e, len(x.Slot)-1, id)
+		x.Tally.add(e, int(at), id)
 	}
 }
 

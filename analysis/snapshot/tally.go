@@ -42,7 +42,8 @@ const (
 const maxStackUse = 1 << 24
 
 // blockTally is one block address's state as the trace replays: the size of its last alloc (or
-// of its free, when the trace starts with the block alive), and where it stands.
+// of its free, when the trace starts with the block alive and has not allocated it since), and
+// where it stands.
 type blockTally struct {
 	size  int64
 	state uint8
@@ -50,10 +51,11 @@ type blockTally struct {
 
 // blockTally states.
 const (
-	blockSet     uint8 = 1 << iota // the address has had an event
-	blockPending                   // free requested, not completed
-	blockGone                      // completely freed
-	blockInTrace                   // allocated in the trace and not yet completely freed
+	blockSet       uint8 = 1 << iota // the address has had an event
+	blockPending                     // free requested, not completed
+	blockGone                        // completely freed
+	blockInTrace                     // allocated in the trace and not yet completely freed
+	blockAllocated                   // allocated in the trace at least once (size is the last alloc's)
 )
 
 // add tallies event e, the trace's event i, whose address id (TraceIndex.Slot) is id.
@@ -82,7 +84,7 @@ func (t *TraceTally) add(e *Event, i int, id int32) {
 		if b.state&(blockSet|blockGone|blockPending) == blockSet {
 			t.running -= b.size // allocated twice without a free: the replay drops the old block
 		}
-		*b = blockTally{size: e.Size, state: blockSet | blockInTrace}
+		*b = blockTally{size: e.Size, state: blockSet | blockInTrace | blockAllocated}
 		t.running += e.Size
 		t.peakRunning = max(t.peakRunning, t.running)
 	case ActionFreeRequested, ActionFreeCompleted:
@@ -110,7 +112,8 @@ func (t *TraceTally) add(e *Event, i int, id int32) {
 			if b.state&blockPending == 0 {
 				t.running -= b.size
 			}
-			*b = blockTally{state: blockSet | blockGone}
+			// The size stays for LastAllocSize; nothing else reads a gone block's.
+			*b = blockTally{size: b.size, state: blockSet | blockGone | b.state&blockAllocated}
 		}
 	case ActionSegmentAlloc, ActionSegmentMap:
 		t.segNet += e.Size
@@ -156,7 +159,19 @@ func (t *TraceTally) LastAlloc(id int32) (size int64, live bool) {
 		return 0, false
 	}
 	b := t.blocks[id]
-	return b.size, b.state&blockGone == 0
+	if b.state&blockGone != 0 {
+		return 0, false
+	}
+	return b.size, true
+}
+
+// LastAllocSize is the size of the trace's last alloc of block id, whatever followed it, and
+// whether the trace allocates the block at all.
+func (t *TraceTally) LastAllocSize(id int32) (int64, bool) {
+	if id < 0 || int(id) >= len(t.blocks) || t.blocks[id].state&blockAllocated == 0 {
+		return 0, false
+	}
+	return t.blocks[id].size, true
 }
 
 // AllocatedInTrace reports whether block id was allocated in the trace and not completely

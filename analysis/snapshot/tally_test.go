@@ -76,6 +76,61 @@ func TestTraceTally(t *testing.T) {
 			t.Errorf("stack %d: %v %v %v, want %v", id, named, alloc, free, w)
 		}
 	}
+	// Ids in order of first appearance, with their first events (in parts as well).
+	px := parts.Finish(evs)
+	for _, ix := range []*TraceIndex{x, px} {
+		if !slices.Equal(ix.Blocks, []uint64{0x1400, 0x1000, 0x1800}) || !slices.Equal(ix.BlockFirst, []int32{1, 3, 5}) ||
+			!slices.Equal(ix.Segments, []uint64{0x1000}) || !slices.Equal(ix.SegmentFirst, []int32{0}) {
+			t.Errorf("blocks %#x first %v, segments %#x first %v", ix.Blocks, ix.BlockFirst, ix.Segments, ix.SegmentFirst)
+		}
+	}
+}
+
+// TestTraceTallyLastAllocSize: the size of a block's last alloc whatever followed it (a
+// completed free, a second alloc without a free), and none for a block the trace only frees.
+func TestTraceTallyLastAllocSize(t *testing.T) {
+	evs := []Event{
+		{Action: ActionFreeRequested, Addr: 0x1000, Size: 4096}, // alive before the trace
+		{Action: ActionFreeCompleted, Addr: 0x1000, Size: 4096},
+		{Action: ActionFreeRequested, Addr: 0x2000, Size: 2048}, // alive before, then allocated again
+		{Action: ActionFreeCompleted, Addr: 0x2000, Size: 2048},
+		{Action: ActionAlloc, Addr: 0x2000, Size: 1536},
+		{Action: ActionAlloc, Addr: 0x3000, Size: 512}, // freed after its last alloc
+		{Action: ActionFreeRequested, Addr: 0x3000, Size: 512},
+		{Action: ActionFreeCompleted, Addr: 0x3000, Size: 512},
+		{Action: ActionAlloc, Addr: 0x4000, Size: 1024}, // allocated twice without a free
+		{Action: ActionAlloc, Addr: 0x4000, Size: 3072},
+		{Action: ActionFreeRequested, Addr: 0x4000, Size: 3072}, // pending at the end
+		{Action: ActionFreeRequested, Addr: 0x5000, Size: 8192}, // alive before, pending at the end
+	}
+	x := NewTraceIndex(evs)
+	for _, c := range []struct {
+		addr     uint64
+		size     int64
+		ok       bool
+		lastSize int64 // LastAlloc's
+		live     bool
+	}{
+		{0x1000, 0, false, 0, false},
+		{0x2000, 1536, true, 1536, true},
+		{0x3000, 512, true, 0, false},
+		{0x4000, 3072, true, 3072, true},
+		{0x5000, 0, false, 8192, true},
+		{0x6000, 0, false, 0, false}, // no event
+	} {
+		id, found := x.Block(c.addr)
+		if !found {
+			id = -1
+		}
+		size, ok := x.Tally.LastAllocSize(id)
+		last, live := x.Tally.LastAlloc(id)
+		if size != c.size || ok != c.ok || last != c.lastSize || live != c.live {
+			t.Errorf("block %#x: last alloc size %d %v, LastAlloc %d %v; want %d %v, %d %v", c.addr, size, ok, last, live, c.size, c.ok, c.lastSize, c.live)
+		}
+	}
+	if !slices.Equal(x.BlockFirst, []int32{0, 2, 5, 8, 11}) {
+		t.Errorf("first events %v", x.BlockFirst)
+	}
 }
 
 // TestTraceTallyLimits: a size sum past int64 and a negative size are flagged; stack ids
