@@ -31,7 +31,13 @@ func (d *deviceRoles) backwardRuns() []bwRun {
 	d.bwOnce.Do(func() {
 		// The backward runs among the phase runs, and the oom events in them.
 		d.phaseRuns()
-		d.bwRuns = []bwRun{}
+		n := 0
+		for _, p := range d.runPhases {
+			if p == phaseBackward {
+				n++
+			}
+		}
+		d.bwRuns = make([]bwRun, 0, n)
 		ooms := d.index.Tally.OOMEvents // in order, as the runs are
 		for k, p := range d.runPhases {
 			if p != phaseBackward {

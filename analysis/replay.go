@@ -295,7 +295,20 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 		id int32
 		b  *snapshot.Block
 	}
-	var blockIDs []idBlock
+	// Sized up front: a long trace's final state has a hundred thousand blocks or more, which
+	// slices grown by append would copy and leave behind several times over.
+	nLive := 0
+	for si := range snap.Segments {
+		if s := &snap.Segments[si]; s.Device == device {
+			for bi := range s.Blocks {
+				if s.Blocks[bi].State != snapshot.StateInactive {
+					nLive++
+				}
+			}
+		}
+	}
+	blockIDs := make([]idBlock, 0, nLive)
+	sd.finals = make([]snapshot.Block, 0, nLive)
 	finalAt := map[uint64]int{}
 	sd.finalID = make([]int32, len(x.Blocks))
 	for i := range sd.finalID {

@@ -502,8 +502,18 @@ func (pp *phasePassOf) run(part *phasePart, evs []snapshot.Event, phases []phase
 // phasePass, which every analysis waits for, or in each pass over the events.
 func (d *deviceRoles) phaseRuns() {
 	d.runsOnce.Do(func() {
-		d.runStarts, d.runPhases = []int{0}, []phase{phaseNone}
-		prev := phaseNone
+		// Counted first: a long trace has a hundred thousand runs or more, which slices grown
+		// by append would copy and leave behind several times over.
+		n, prev := 1, phaseNone
+		for _, p := range d.phases {
+			if p != prev {
+				prev = p
+				n++
+			}
+		}
+		d.runStarts, d.runPhases = make([]int, 1, n), make([]phase, 1, n)
+		d.runPhases[0] = phaseNone
+		prev = phaseNone
 		for i, p := range d.phases {
 			if p != prev {
 				prev = p
