@@ -436,9 +436,17 @@ func (a *Allocator) getFreeBlock(p *pool, stream uint64, size int64) (*Block, po
 				return x.size
 			}
 			for b.seg.page > 0 {
+				// A block that cannot grow is as large as it counts, and every later block at
+				// least as large: it stays, without a look at the next one (whose block and
+				// neighbour are two more cache misses). Only a block before an unmapped range,
+				// one per segment at most, can grow.
+				gb := grow(b)
+				if gb == b.size {
+					break
+				}
 				nit := s.next(it)
 				nb := s.at(nit)
-				if nb == nil || grow(nb) >= grow(b) {
+				if nb == nil || grow(nb) >= gb {
 					break
 				}
 				it, b = nit, nb
