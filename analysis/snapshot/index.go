@@ -106,19 +106,14 @@ func (b *TraceIndexer) Add(evs []Event) {
 		}
 		e := &evs[i]
 		id := int32(-1)
-		at := int32(len(x.Slot))
 		switch e.Action {
 		case ActionAlloc, ActionFreeRequested, ActionFreeCompleted:
-			if id = x.blockID.add(e.Addr, &x.Blocks); int(id) == len(x.BlockFirst) {
-				x.BlockFirst = append(x.BlockFirst, at)
-			}
+			id = x.blockID.add(e.Addr, &x.Blocks, &x.BlockFirst, len(x.Slot))
 		case ActionSegmentAlloc, ActionSegmentFree, ActionSegmentMap, ActionSegmentUnmap:
-			if id = x.segID.add(e.Addr, &x.Segments); int(id) == len(x.SegmentFirst) {
-				x.SegmentFirst = append(x.SegmentFirst, at)
-			}
+			id = x.segID.add(e.Addr, &x.Segments, &x.SegmentFirst, len(x.Slot))
 		}
 		x.Slot = append(x.Slot, id)
-		x.Tally.add(e, int(at), id)
+		x.Tally.add(e, len(x.Slot)-1, id)
 	}
 }
 
@@ -221,8 +216,9 @@ func (t *addrTable) get(addr uint64) (int32, bool) {
 	}
 }
 
-// add returns the id of addr, giving it the next one (appended to *addrs) if it has none.
-func (t *addrTable) add(addr uint64, addrs *[]uint64) int32 {
+// add returns the id of addr, giving it the next one if it has none: addr is appended to
+// *addrs, and event (the index of the event that named it first) to *firsts.
+func (t *addrTable) add(addr uint64, addrs *[]uint64, firsts *[]int32, event int) int32 {
 	if 2*(len(*addrs)+1) > len(t.slots) {
 		t.grow(*addrs)
 	}
@@ -240,6 +236,7 @@ func (t *addrTable) add(addr uint64, addrs *[]uint64) int32 {
 	}
 	id := int32(len(*addrs))
 	*addrs = append(*addrs, addr)
+	*firsts = append(*firsts, int32(event))
 	t.addrs = *addrs
 	t.slots[i] = id + 1
 	return id
