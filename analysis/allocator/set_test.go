@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // checkSet verifies a set's structure: entries in order, keys matching their blocks, each
@@ -125,5 +126,13 @@ func TestBlockSetAgainstSorted(t *testing.T) {
 		if len(s.buckets) != 0 || len(s.last) != 0 {
 			t.Fatalf("sizes %d: emptied set keeps %d buckets, %d last keys", sizes, len(s.buckets), len(s.last))
 		}
+	}
+}
+
+// TestBlockIsOneCacheLine: a replay touches a block or two per event of a working set larger
+// than the caches; a field more must not make a block take two lines.
+func TestBlockIsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(Block{}); n != 64 {
+		t.Fatalf("Block is %d bytes, want 64", n)
 	}
 }
