@@ -98,7 +98,7 @@ func TestSegmentBurstKinds(t *testing.T) {
 	// 2) a retry that failed: one segment freed without frames, then the oom event.
 	ev(segAlloc(a+3*seg, seg))
 	ev(segFree(a+3*seg, seg))
-	ev(snapshot.Event{Action: snapshot.ActionOOM, Size: 64 * mib, DeviceFree: 10 * mib, Stack: snapshot.NoStack})
+	ev(snapshot.Event{Action: snapshot.ActionOOM, Size: 64 * mib, Stack: snapshot.NoStack}.WithDeviceFree(10 * mib))
 	// 3) a release with neither mark: frames-less frees followed by an alloc (not a segment).
 	ev(segFree(a+2*seg, seg))
 	ev(alloc(a+9*seg, 512, snapshot.NoStack))

@@ -425,7 +425,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		var e *engine
 		for _, idx := range ooms {
 			ev := evs[idx]
-			o := OOMEvent{Device: dev, EventIndex: idx, TimeUS: ev.TimeUS, RequestedBytes: ev.Size, DeviceFreeBytes: ev.DeviceFree,
+			o := OOMEvent{Device: dev, EventIndex: idx, TimeUS: ev.TimeUS, RequestedBytes: ev.Size, DeviceFreeBytes: ev.DeviceFree(),
 				Stream: fmt.Sprintf("0x%x", ev.Stream), LiveSites: []OOMSite{}, Fixes: []string{}, StateSource: "replay"}
 			at := roles.Stack(dev, ev.Stack)
 			o.SiteIdentity, o.Stack = at.SiteIdentity, emptyIfNil(at.Stack)

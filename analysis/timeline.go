@@ -779,7 +779,7 @@ func (tb *TimelineBands) Result(start, end int) (*TimelineResult, error) {
 	}
 	for i := start; i < end; i++ {
 		if ev := x.evs[i]; ev.Action == snapshot.ActionOOM && len(r.OOMs) < maxTimelineMarkers {
-			r.OOMs = append(r.OOMs, TimelineOOM{Event: i, TimeUS: ev.TimeUS, RequestedBytes: ev.Size, DeviceFree: ev.DeviceFree,
+			r.OOMs = append(r.OOMs, TimelineOOM{Event: i, TimeUS: ev.TimeUS, RequestedBytes: ev.Size, DeviceFree: ev.DeviceFree(),
 				AllocatedBytes: x.alloc[i], ReservedBytes: x.res[i]})
 		}
 	}

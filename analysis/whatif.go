@@ -406,9 +406,9 @@ func whatIfCapacity(t *allocator.Trace, given int64) (int64, string, []string) {
 	switch {
 	case len(t.OOMs) > 0:
 		i := t.OOMs[0]
-		c := t.ReservedAtOOM[0] + t.Events[i].DeviceFree
+		c := t.ReservedAtOOM[0] + t.Events[i].DeviceFree()
 		for k := 1; k < len(t.OOMs); k++ {
-			if o := t.ReservedAtOOM[k] + t.Events[t.OOMs[k]].DeviceFree; o != c {
+			if o := t.ReservedAtOOM[k] + t.Events[t.OOMs[k]].DeviceFree(); o != c {
 				notes = append(notes, fmt.Sprintf("the OOM at event %d implies a capacity of %s (reserved + device_free), not %s: memory outside PyTorch changed between the OOMs; the replays use the first",
 					t.OOMs[k], FormatBytes(o), FormatBytes(c)))
 				break

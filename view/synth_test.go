@@ -113,7 +113,7 @@ func synthSnapshot(events int) *snapshot.Snapshot {
 		free(alloc(64<<20, optTmp))
 	}
 	emit(snapshot.ActionOOM, 0, 1<<30, act[0])
-	evs[len(evs)-1].DeviceFree = 256 << 20
+	evs[len(evs)-1] = evs[len(evs)-1].WithDeviceFree(256 << 20)
 	s.DeviceTraces = [][]snapshot.Event{evs}
 	for _, a := range order {
 		b := blocks[a]

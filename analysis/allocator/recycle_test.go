@@ -57,7 +57,7 @@ func randomTrace(seed uint64, n int) *snapshot.Snapshot {
 			evs = append(evs, snapshot.Event{Action: snapshot.ActionFreeCompleted, Addr: addr, Size: sizes[addr]})
 			freed = append(freed, addr)
 		case r < 97:
-			evs = append(evs, snapshot.Event{Action: snapshot.ActionOOM, Size: 100*MiB + rng.Int64N(400*MiB), DeviceFree: 1})
+			evs = append(evs, snapshot.Event{Action: snapshot.ActionOOM, Size: 100*MiB + rng.Int64N(400*MiB)}.WithDeviceFree(1))
 		default:
 			// An explicit release of a segment that existed before the trace.
 			evs = append(evs, snapshot.Event{Action: snapshot.ActionSegmentFree, Addr: 1<<46 + uint64(len(evs))*SmallBuffer, Size: SmallBuffer})

@@ -188,7 +188,9 @@ func (t *Trace) scan(snap *snapshot.Snapshot, x *snapshot.TraceIndex, expandable
 		case snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
 			sc.expandable = true
 		}
-		t.maxAddr = max(t.maxAddr, ev.Addr+uint64(max(ev.Size, 0)))
+		if ev.Action != snapshot.ActionOOM { // whose Addr is its device_free
+			t.maxAddr = max(t.maxAddr, ev.Addr+uint64(max(ev.Size, 0)))
+		}
 	}
 	if run >= 0 {
 		t.classifyRelease(run, ec, snapshot.ActionOther)

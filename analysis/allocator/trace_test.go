@@ -39,7 +39,7 @@ func baseline(t *testing.T, snap *snapshot.Snapshot, dev int) (*allocator.Trace,
 	var capacity int64
 	switch {
 	case len(tr.OOMs) > 0:
-		capacity = tr.ReservedAtOOM[0] + tr.Events[tr.OOMs[0]].DeviceFree
+		capacity = tr.ReservedAtOOM[0] + tr.Events[tr.OOMs[0]].DeviceFree()
 	case tr.MallocFailures > 0:
 		capacity = tr.PeakReserved
 	}

@@ -507,7 +507,7 @@ func (c *converter) event(m map[string]any) (snapshot.Event, error) {
 	ev.Size = errs.int(m, "size", false)
 	ev.Stream = errs.uint(m, "stream", false)
 	ev.TimeUS = errs.int(m, "time_us", false)
-	ev.DeviceFree = errs.int(m, "device_free", false)
+	ev = ev.WithDeviceFree(errs.int(m, "device_free", false))
 	if errs.err != nil {
 		return ev, errs.err
 	}
@@ -602,8 +602,8 @@ func checkEvents(evs []snapshot.Event, total *int64) error {
 		switch {
 		case e.Size < 0 || e.Size > limit:
 			return fmt.Errorf("[%d]: %s size %d is not a possible size (0 to %s)", i, e.Action, e.Size, sizeText(limit))
-		case e.DeviceFree < 0 || e.DeviceFree > maxBytes:
-			return fmt.Errorf("[%d]: device_free %d is not a possible size (0 to %s)", i, e.DeviceFree, sizeText(maxBytes))
+		case e.DeviceFree() < 0 || e.DeviceFree() > maxBytes:
+			return fmt.Errorf("[%d]: device_free %d is not a possible size (0 to %s)", i, e.DeviceFree(), sizeText(maxBytes))
 		case e.TimeUS < 0 || e.TimeUS > maxTime:
 			return fmt.Errorf("[%d]: time_us %d is not a time", i, e.TimeUS)
 		case e.Action == snapshot.ActionOOM:

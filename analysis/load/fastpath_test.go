@@ -71,7 +71,7 @@ func genTrace(seed uint64, events int) *snapshot.Snapshot {
 				live[addr] = ev
 			}
 			if i%997 == 0 {
-				ev = snapshot.Event{Action: snapshot.ActionOOM, Size: 1 << 34, DeviceFree: 1 << 20, TimeUS: ev.TimeUS, Stack: st}
+				ev = snapshot.Event{Action: snapshot.ActionOOM, Size: 1 << 34, TimeUS: ev.TimeUS, Stack: st}.WithDeviceFree(1 << 20)
 			}
 			traces[d] = append(traces[d], ev)
 		}

@@ -45,6 +45,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		return -1
 	}
 	ev := snapshot.Event{Stack: snapshot.NoStack}
+	var devFree int64 // an oom event's, kept in its Addr once the action is known
 	var ref extraRef
 	// The values the dict makes, in input order: each takes the next memo slot (strings only
 	// when MEMOIZE follows them). News strings get the next string indexes, from base.
@@ -217,7 +218,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			case keyTimeUS:
 				ev.TimeUS = x
 			default:
-				ev.DeviceFree = x
+				devFree = x
 			}
 		case keyFrames:
 			switch v.k {
@@ -239,6 +240,9 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 	}
 	if !action {
 		return -1
+	}
+	if ev.Action == snapshot.ActionOOM {
+		ev.Addr = uint64(devFree) // where an oom event keeps it (snapshot.Event.Addr)
 	}
 	var extra uint32
 	knownExtra := true

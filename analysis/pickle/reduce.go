@@ -477,6 +477,7 @@ type extraRef struct {
 // event converts an event dict's items to a typed event. Unknown keys are ignored.
 func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 	ev := snapshot.Event{Stack: snapshot.NoStack}
+	var devFree int64 // an oom event's, kept in its Addr once the action is known
 	var ref extraRef
 	for i := 0; i+1 < len(items); i += 2 {
 		k, x := items[i], items[i+1]
@@ -499,7 +500,7 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 		case keyTimeUS:
 			ev.TimeUS, err = d.intField(at, "time_us", x)
 		case keyDeviceFree:
-			ev.DeviceFree, err = d.intField(at, "device_free", x)
+			devFree, err = d.intField(at, "device_free", x)
 		case keyFrames:
 			switch x.k {
 			case kStack:
@@ -533,6 +534,7 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 			return ev, err
 		}
 	}
+	ev = ev.WithDeviceFree(devFree)
 	if ref != (extraRef{}) {
 		id, ok := d.lastExtra.id, d.lastExtra.ok && d.lastExtra.ref == ref
 		if !ok {

@@ -295,8 +295,12 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 		r.Events = []Event{}
 		pg.page(sp, func(i int) (any, snapshot.StackID) {
 			e := evs[i]
-			ev := Event{Index: i, Action: e.Action.String(), Address: hex(e.Addr), Size: e.Size, Stream: e.Stream,
-				TimeUS: e.TimeUS, StackID: int(e.Stack), DeviceFree: e.DeviceFree}
+			addr := e.Addr
+			if e.Action == snapshot.ActionOOM {
+				addr = 0 // an oom event's Addr is its device_free
+			}
+			ev := Event{Index: i, Action: e.Action.String(), Address: hex(addr), Size: e.Size, Stream: e.Stream,
+				TimeUS: e.TimeUS, StackID: int(e.Stack), DeviceFree: e.DeviceFree()}
 			if int(e.Extra) < len(snap.EventExtras) {
 				x := snap.EventExtras[e.Extra]
 				ev.CompileContext, ev.UserMetadata = x.CompileContext, x.UserMetadata

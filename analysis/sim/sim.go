@@ -259,7 +259,7 @@ func (s *Sim) onEvent(ev allocator.Event) {
 		s.live[ev.Addr] = &liveMeta{b: ev.Block, stack: s.bctx, allocStack: s.ectx}
 		out.Stack = s.ectx
 	case snapshot.ActionOOM:
-		out.DeviceFree = s.DeviceFree()
+		out = out.WithDeviceFree(s.DeviceFree())
 		out.Stack = s.ectx
 	case snapshot.ActionSegmentAlloc:
 		s.segStack[ev.Addr] = s.bctx

@@ -148,16 +148,17 @@ func Actions() []Action {
 
 // Event is one entry of a device trace. Optional fields are zero when absent.
 type Event struct {
-	Addr   uint64 // 0 for oom events (which carry DeviceFree instead)
+	// Addr is the block's or the segment's address. An oom event has none: it keeps the free
+	// device memory it reports there instead (read it with DeviceFree), as PyTorch's own trace
+	// entries do, so that the millions of other events carry no field only oom events fill.
+	Addr   uint64
 	Size   int64
 	Stream uint64
-	TimeUS int64 // 0 when the file has no time_us
-	// DeviceFree is the free device memory reported with an oom event.
-	DeviceFree int64
-	Stack      StackID // NoStack when the event has no frames key
+	TimeUS int64   // 0 when the file has no time_us
+	Stack  StackID // NoStack when the event has no frames key
 	// Extra indexes Snapshot.EventExtras: the optional newer string fields (0 = none).
 	Extra  uint32
-	Action Action // last: the small fields pack into 56 bytes (millions of events per file)
+	Action Action // last: the small fields pack into 48 bytes (millions of events per file)
 }
 
 // EventExtra holds an event's optional string fields; equal extras are shared by many events.
@@ -297,4 +298,21 @@ func (s *Snapshot) Compact() {
 func cloneEvents(evs []Event) []Event {
 	out := hugepage.Make[Event](0, len(evs))
 	return append(out, evs...)
+}
+
+// DeviceFree is the free device memory an oom event reports (device_free); 0 for any other
+// event.
+func (e Event) DeviceFree() int64 {
+	if e.Action != ActionOOM {
+		return 0
+	}
+	return int64(e.Addr)
+}
+
+// WithDeviceFree returns e reporting n bytes free; only an oom event keeps it (see Addr).
+func (e Event) WithDeviceFree(n int64) Event {
+	if e.Action == ActionOOM {
+		e.Addr = uint64(n)
+	}
+	return e
 }

@@ -11,7 +11,7 @@ type TraceTally struct {
 	// Ranges of the values over all events, widened to take in zero; sizes apart for OOM
 	// events, whose failed request may be larger than anything allocated.
 	MinSize, MaxSize, MaxOOMSize int64 // MinSize over all events, MaxSize over all but OOMs
-	MinDeviceFree, MaxDeviceFree int64
+	MinDeviceFree, MaxDeviceFree int64 // over the oom events (the only ones that report it)
 	MinTimeUS, MaxTimeUS         int64
 	SizeSum                      int64 // of all but OOMs
 	SizeSumOverflow              bool  // SizeSum went past the int64 range (or a size was negative)
@@ -66,6 +66,7 @@ func (t *TraceTally) add(e *Event, i int, id int32) {
 	}
 	if e.Action == ActionOOM {
 		t.MaxOOMSize = max(t.MaxOOMSize, e.Size)
+		t.MinDeviceFree, t.MaxDeviceFree = min(t.MinDeviceFree, e.DeviceFree()), max(t.MaxDeviceFree, e.DeviceFree())
 		t.OOMEvents = append(t.OOMEvents, i)
 	} else {
 		t.MaxSize = max(t.MaxSize, e.Size)
@@ -73,7 +74,6 @@ func (t *TraceTally) add(e *Event, i int, id int32) {
 			t.SizeSumOverflow = true
 		}
 	}
-	t.MinDeviceFree, t.MaxDeviceFree = min(t.MinDeviceFree, e.DeviceFree), max(t.MaxDeviceFree, e.DeviceFree)
 	t.MinTimeUS, t.MaxTimeUS = min(t.MinTimeUS, e.TimeUS), max(t.MaxTimeUS, e.TimeUS)
 	use := stackByEvent
 	switch e.Action {

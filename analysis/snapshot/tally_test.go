@@ -17,7 +17,7 @@ func TestTraceTally(t *testing.T) {
 		{Action: ActionAlloc, Addr: 0x1000, Size: 1000, Stack: 2}, // again without a free: counted once
 		{Action: ActionAlloc, Addr: 0x1800, Size: 512, Stack: NoStack},
 		{Action: ActionFreeRequested, Addr: 0x1800, Size: 512, Stack: EmptyStack},
-		{Action: ActionOOM, Size: 1 << 40, DeviceFree: 4096, Stack: 2},
+		Event{Action: ActionOOM, Size: 1 << 40, Stack: 2}.WithDeviceFree(4096),
 		{Action: ActionSegmentFree, Addr: 0x1000, Size: 8192},
 		{Action: ActionSnapshot},
 	}

@@ -339,8 +339,8 @@ func generate(p params) *snapshot.Snapshot {
 			}
 		}
 	}
-	evs = append(evs, snapshot.Event{Action: snapshot.ActionOOM, Size: 8 << 30, DeviceFree: 1 << 28,
-		TimeUS: tick(), Stack: pickStack(allocStacks)})
+	evs = append(evs, snapshot.Event{Action: snapshot.ActionOOM, Size: 8 << 30,
+		TimeUS: tick(), Stack: pickStack(allocStacks)}.WithDeviceFree(1<<28))
 
 	// blocks from the slots
 	for i := range slots {

@@ -572,7 +572,7 @@ func (e *encoder) event(d, i int) {
 	e.s.StartDict(nil, n)
 	e.kv("action", func() { e.s.SharedStr(action) })
 	if ev.Action == snapshot.ActionOOM {
-		e.kv("device_free", func() { e.s.Int(ev.DeviceFree) })
+		e.kv("device_free", func() { e.s.Int(ev.DeviceFree()) })
 	} else {
 		e.kv("addr", func() { e.s.Uint(ev.Addr) })
 	}

@@ -60,7 +60,7 @@ func testSnapshot() *snapshot.Snapshot {
 				{Action: snapshot.ActionAlloc, Addr: a1, Size: 512, TimeUS: 1002, Stack: s2, Extra: 1},
 				{Action: snapshot.ActionFreeRequested, Addr: a1, Size: 512, TimeUS: 1003, Stack: s2},
 				{Action: snapshot.ActionFreeCompleted, Addr: a1, Size: 512, TimeUS: 1004, Stack: snapshot.NoStack},
-				{Action: snapshot.ActionOOM, Size: 4194304, DeviceFree: 1024, TimeUS: 1005, Stack: s3},
+				snapshot.Event{Action: snapshot.ActionOOM, Size: 4194304, TimeUS: 1005, Stack: s3}.WithDeviceFree(1024),
 				{Action: snapshot.ActionOther, Extra: 2, Stack: snapshot.NoStack},
 			},
 			{{Action: snapshot.ActionSnapshot, Size: 20971520, Stack: snapshot.NoStack}},

@@ -108,7 +108,7 @@ func evView(sn *snapshot.Snapshot) [][]eventView {
 	for _, evs := range sn.DeviceTraces {
 		var vs []eventView
 		for _, ev := range evs {
-			vs = append(vs, eventView{ev.Action, ev.Addr, ev.Size, ev.TimeUS, ev.DeviceFree, ev.Stream, ev.Stack != snapshot.NoStack, sn.StackFrames(ev.Stack)})
+			vs = append(vs, eventView{ev.Action, ev.Addr, ev.Size, ev.TimeUS, ev.DeviceFree(), ev.Stream, ev.Stack != snapshot.NoStack, sn.StackFrames(ev.Stack)})
 		}
 		out = append(out, vs)
 	}
