@@ -103,13 +103,14 @@ func annotationLabels(snap *snapshot.Snapshot, dev int, evs []snapshot.Event) ev
 // graph), LabelNone where it is absent or "N/A".
 func compileLabels(snap *snapshot.Snapshot, evs []snapshot.Event) eventLabels {
 	l := eventLabels{names: []string{LabelNone}, at: make([]int32, len(evs))}
-	byExtra := map[uint32]int32{}
+	byExtra := map[int]int32{}
 	for i, ev := range evs {
-		id, ok := byExtra[ev.Extra]
+		x := ev.Extra.Index()
+		id, ok := byExtra[x]
 		if !ok {
 			cc := ""
-			if int(ev.Extra) < len(snap.EventExtras) {
-				cc = snap.EventExtras[ev.Extra].CompileContext
+			if x < len(snap.EventExtras) {
+				cc = snap.EventExtras[x].CompileContext
 			}
 			if cc == "" || cc == "N/A" {
 				id = 0
@@ -120,7 +121,7 @@ func compileLabels(snap *snapshot.Snapshot, evs []snapshot.Event) eventLabels {
 					l.names = append(l.names, cc)
 				}
 			}
-			byExtra[ev.Extra] = id
+			byExtra[x] = id
 		}
 		l.at[i] = id
 	}

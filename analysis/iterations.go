@@ -222,10 +222,10 @@ func metadataStarts(snap *snapshot.Snapshot, evs []snapshot.Event) []int {
 	seen := map[string]bool{}
 	prev := ""
 	for i, ev := range evs {
-		if int(ev.Extra) >= len(snap.EventExtras) {
+		if ev.Extra.Index() >= len(snap.EventExtras) {
 			continue
 		}
-		md := snap.EventExtras[ev.Extra].UserMetadata
+		md := snap.EventExtras[ev.Extra.Index()].UserMetadata
 		if md == "" || md == prev {
 			continue
 		}

@@ -272,7 +272,10 @@ func TestCheckGate(t *testing.T) {
 
 func TestCompileLabels(t *testing.T) {
 	snap := &snapshot.Snapshot{EventExtras: []snapshot.EventExtra{{}, {CompileContext: "N/A"}, {CompileContext: "0/0"}, {CompileContext: "1/0"}}}
-	evs := []snapshot.Event{{Extra: 0}, {Extra: 1}, {Extra: 2}, {Extra: 3}, {Extra: 2}, {Extra: 9}}
+	var evs []snapshot.Event
+	for _, x := range []uint32{0, 1, 2, 3, 2, 9} {
+		evs = append(evs, snapshot.Event{Extra: snapshot.MakeExtraID(x)})
+	}
 	l := compileLabels(snap, evs)
 	var got []string
 	for i := range evs {

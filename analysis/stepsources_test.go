@@ -21,8 +21,8 @@ func framelessTrace(metadata []string) *snapshot.Snapshot {
 		}
 		t := int64(1000 + 20*i)
 		evs = append(evs,
-			snapshot.Event{Action: snapshot.ActionAlloc, Addr: 0x1000, Size: 512, TimeUS: t, Extra: x, Stack: snapshot.NoStack},
-			snapshot.Event{Action: snapshot.ActionFreeCompleted, Addr: 0x1000, Size: 512, TimeUS: t + 10, Extra: x, Stack: snapshot.NoStack})
+			snapshot.Event{Action: snapshot.ActionAlloc, Addr: 0x1000, Size: 512, TimeUS: t, Extra: snapshot.MakeExtraID(x), Stack: snapshot.NoStack},
+			snapshot.Event{Action: snapshot.ActionFreeCompleted, Addr: 0x1000, Size: 512, TimeUS: t + 10, Extra: snapshot.MakeExtraID(x), Stack: snapshot.NoStack})
 	}
 	snap.DeviceTraces = [][]snapshot.Event{evs}
 	return snap

@@ -225,7 +225,7 @@ func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) Devic
 		if counts[snapshot.ActionOther] > 0 {
 			for _, e := range evs {
 				if e.Action == snapshot.ActionOther {
-					other[snap.EventExtras[e.Extra].ActionName]++
+					other[snap.EventExtras[e.Extra.Index()].ActionName]++
 				}
 			}
 		}

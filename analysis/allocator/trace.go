@@ -267,8 +267,8 @@ func privateSpans(snap *snapshot.Snapshot, dev int) []poolSpan {
 // (newest PyTorch), else (alloc) the pool of the final segment holding the address.
 func (t *Trace) findPool(snap *snapshot.Snapshot, private []poolSpan, i int) {
 	ev := &t.Events[i]
-	if ev.Extra > 0 && int(ev.Extra) < len(snap.EventExtras) {
-		if p := snap.EventExtras[ev.Extra].PoolID; p != DefaultPool {
+	if ev.Extra.Index() > 0 && ev.Extra.Index() < len(snap.EventExtras) {
+		if p := snap.EventExtras[ev.Extra.Index()].PoolID; p != DefaultPool {
 			t.pools[i] = p
 			return
 		}
@@ -332,8 +332,8 @@ func (t *Trace) reconstruct(snap *snapshot.Snapshot, x *snapshot.TraceIndex, set
 		}
 		addr, ev := x.Segments[k], evs[i]
 		pool := DefaultPool
-		if ev.Extra > 0 && int(ev.Extra) < len(snap.EventExtras) {
-			pool = snap.EventExtras[ev.Extra].PoolID
+		if ev.Extra.Index() > 0 && ev.Extra.Index() < len(snap.EventExtras) {
+			pool = snap.EventExtras[ev.Extra.Index()].PoolID
 		}
 		segs = append(segs, &startSeg{addr: addr, size: ev.Size, stream: ev.Stream, pool: pool, small: ev.Size == SmallBuffer})
 	}

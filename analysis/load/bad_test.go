@@ -179,7 +179,7 @@ func TestNewestEventFields(t *testing.T) {
 			t.Fatalf("%s: traces %+v", name, s.DeviceTraces)
 		}
 		e := s.DeviceTraces[0][0]
-		if got := s.EventExtras[e.Extra]; got != want || e.Size != 512 || e.Action != snapshot.ActionAlloc {
+		if got := s.EventExtras[e.Extra.Index()]; got != want || e.Size != 512 || e.Action != snapshot.ActionAlloc {
 			t.Errorf("%s: event %+v extra %+v, want %+v", name, e, got, want)
 		}
 	}
@@ -218,5 +218,27 @@ func TestDirDuplicateRanks(t *testing.T) {
 	_, err := Dir(context.Background(), dir, Options{})
 	if err == nil || !strings.Contains(err.Error(), "step50_rank0.pickle and step5_rank0.pickle both claim rank 0") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestEventExtrasBoundJSON: a JSON trace with more distinct combinations of the events'
+// optional strings than an event's index holds is refused, naming the event; one fewer loads.
+func TestEventExtrasBoundJSON(t *testing.T) {
+	defer func(n int) { maxEventExtras = n }(maxEventExtras)
+	maxEventExtras = 3 // none and two more
+	js := func(ccs ...string) []byte {
+		var evs []string
+		for _, cc := range ccs {
+			evs = append(evs, `{"action": "alloc", "addr": 0, "size": 512, "stream": 0, "compile_context": "`+cc+`"}`)
+		}
+		return []byte(`{"segments": [], "device_traces": [[` + strings.Join(evs, ", ") + `]]}`)
+	}
+	s, err := Reader(context.Background(), bytes.NewReader(js("a", "b", "a")), "ok.json", 0, Options{})
+	if err != nil || len(s.EventExtras) != 3 || s.EventExtras[s.DeviceTraces[0][1].Extra.Index()].CompileContext != "b" {
+		t.Fatalf("two contexts: %v", err)
+	}
+	_, err = Reader(context.Background(), bytes.NewReader(js("a", "b", "c")), "over.json", 0, Options{})
+	if err == nil || !strings.Contains(err.Error(), "device_traces[0]: [2]: more than 2 distinct combinations") {
+		t.Fatalf("three contexts: error %v, want the bound's at event 2", err)
 	}
 }

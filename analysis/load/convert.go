@@ -491,6 +491,10 @@ func (c *converter) trace(v any) ([]snapshot.Event, int64, error) {
 	return nil, 0, fmt.Errorf("is a %s, not a list of events", typeName(v))
 }
 
+// maxEventExtras bounds the event extras a conversion makes (a variable for tests).
+var maxEventExtras = snapshot.MaxEventExtras
+
+// event converts a trace event given as a dict: from JSON, or one the pickle decoder left as a dict.
 func (c *converter) event(m map[string]any) (snapshot.Event, error) {
 	ev := snapshot.Event{Stack: snapshot.NoStack}
 	action, ok := m["action"].(string)
@@ -541,11 +545,14 @@ func (c *converter) event(m map[string]any) (snapshot.Event, error) {
 	if extra != (snapshot.EventExtra{}) {
 		id, ok := c.extraID[extra]
 		if !ok {
+			if len(c.extras) >= maxEventExtras {
+				return ev, fmt.Errorf("more than %d distinct combinations of the trace events' optional strings (compile_context, user_metadata, category, …): more than memsnap indexes", maxEventExtras-1)
+			}
 			id = uint32(len(c.extras))
 			c.extras = append(c.extras, extra)
 			c.extraID[extra] = id
 		}
-		ev.Extra = id
+		ev.Extra = snapshot.MakeExtraID(id)
 	}
 	return ev, nil
 }

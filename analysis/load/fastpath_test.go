@@ -60,7 +60,7 @@ func genTrace(seed uint64, events int) *snapshot.Snapshot {
 			st := stacks[int(float64(len(stacks))*r.Float64()*r.Float64())]
 			addr := uint64(0x7f0000000000 + 512*r.IntN(400))
 			ev := snapshot.Event{Addr: addr, Size: int64(512 * (1 + r.IntN(1<<12))), Stream: uint64(r.IntN(2)) * 0x5555,
-				TimeUS: int64(1_700_000_000_000_000 + i), Stack: st, Extra: uint32(r.IntN(len(extras)))}
+				TimeUS: int64(1_700_000_000_000_000 + i), Stack: st, Extra: snapshot.MakeExtraID(uint32(r.IntN(len(extras))))}
 			if old, ok := live[addr]; ok {
 				ev.Action, ev.Size = snapshot.ActionFreeRequested, old.Size
 				traces[d] = append(traces[d], ev)

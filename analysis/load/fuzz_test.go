@@ -71,7 +71,7 @@ func checkModel(t *testing.T, s *snapshot.Snapshot) {
 	}
 	for _, evs := range s.DeviceTraces {
 		for _, e := range evs {
-			if !okStack(e.Stack) || int(e.Extra) >= len(s.EventExtras) {
+			if !okStack(e.Stack) || e.Extra.Index() >= len(s.EventExtras) {
 				t.Fatalf("bad event %+v", e)
 			}
 		}

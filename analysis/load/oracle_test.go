@@ -152,8 +152,8 @@ func flatten(s *snapshot.Snapshot) flat {
 	for _, evs := range s.DeviceTraces {
 		var out []flatEvent
 		for _, e := range evs {
-			fe := flatEvent{Event: e, Frames: s.StackFrames(e.Stack), Extra: s.EventExtras[e.Extra]}
-			fe.Event.Stack, fe.Event.Extra = min(e.Stack, 0), 0
+			fe := flatEvent{Event: e, Frames: s.StackFrames(e.Stack), Extra: s.EventExtras[e.Extra.Index()]}
+			fe.Event.Stack, fe.Event.Extra = min(e.Stack, 0), snapshot.ExtraID{}
 			out = append(out, fe)
 		}
 		f.DeviceTraces = append(f.DeviceTraces, out)
@@ -286,8 +286,8 @@ func TestRealFileDetails(t *testing.T) {
 		t.Errorf("cs336-fwd: %d distinct frames with line 2^64-1 (want 1), %d annotations (want 1794), cpp=%v", unknown, len(cs.Annotations), cs.Caps.CppFrames)
 	}
 	win := load("pt2.10_user-metadata_windows_cs336.pickle")
-	if len(win.Frames) != 55 || len(win.Stacks) != 55 || !win.Caps.PythonOnly || win.EventExtras[win.DeviceTraces[0][0].Extra].CompileContext != "N/A" {
-		t.Errorf("windows: %d frames %d stacks python-only=%v extra=%+v", len(win.Frames), len(win.Stacks), win.Caps.PythonOnly, win.EventExtras[win.DeviceTraces[0][0].Extra])
+	if len(win.Frames) != 55 || len(win.Stacks) != 55 || !win.Caps.PythonOnly || win.EventExtras[win.DeviceTraces[0][0].Extra.Index()].CompileContext != "N/A" {
+		t.Errorf("windows: %d frames %d stacks python-only=%v extra=%+v", len(win.Frames), len(win.Stacks), win.Caps.PythonOnly, win.EventExtras[win.DeviceTraces[0][0].Extra.Index()])
 	}
 	legacy := load("pt2.0_legacy-history_flexgen-opt.pickle")
 	if !legacy.Format.LegacyHistory || legacy.Caps.HasTrace {

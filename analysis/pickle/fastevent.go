@@ -297,7 +297,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 		extra = id
 	}
 	if ref != (extraRef{}) {
-		ev.Extra = extra
+		ev.Extra = snapshot.MakeExtraID(extra)
 		d.lastExtra.ref, d.lastExtra.id, d.lastExtra.ok = ref, extra, true
 	}
 	if len(l.events) < cap(l.events) && d.opt.MaxEvents <= 0 {

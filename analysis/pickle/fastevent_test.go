@@ -3,6 +3,7 @@ package pickle
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"reflect"
@@ -230,4 +231,41 @@ func TestRunScannerKeysWithAppendsBytes(t *testing.T) {
 		t.Fatal("no memo reference with an 'e' byte in a traceback: the test tests nothing")
 	}
 	sameWithScanner(t, data)
+}
+
+// TestEventExtrasBound: a trace whose events make more distinct combinations of their
+// optional strings than an event's three-byte index holds is refused with a limit error, on
+// the fast path and the slow one alike; one fewer loads.
+func TestEventExtrasBound(t *testing.T) {
+	defer func(n int) { maxEventExtras = n }(maxEventExtras)
+	maxEventExtras = 4 // none, "N/A" (feHead2's event), and two more
+	ev := func(cc string) string {
+		return "}\x94(h\x02h\x03h\x04K\x20h\x07\x8c" + string(rune(len(cc))) + cc + "u"
+	}
+	for _, tc := range []struct {
+		batch string
+		ok    bool
+	}{
+		{ev("A") + ev("B") + ev("A"), true},
+		{ev("A") + ev("B") + ev("C"), false},
+	} {
+		data := []byte(feHead2 + "(" + tc.batch + "e." + strings.Repeat("N", 32))
+		for _, in := range []string{"stream", "in place"} {
+			var res *Result
+			var err error
+			if in == "stream" {
+				res, err = Decode(context.Background(), bytes.NewReader(data), Options{})
+			} else {
+				res, err = DecodeBytes(context.Background(), data, Options{})
+			}
+			switch {
+			case tc.ok && err != nil:
+				t.Errorf("%s, %q: %v", in, tc.batch, err)
+			case tc.ok && len(res.Extras) != 4:
+				t.Errorf("%s, %q: %d extras, want 4", in, tc.batch, len(res.Extras))
+			case !tc.ok && (err == nil || !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "more than 3 distinct combinations")):
+				t.Errorf("%s, %q: error %v, want the bound's", in, tc.batch, err)
+			}
+		}
+	}
 }

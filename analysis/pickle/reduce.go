@@ -474,6 +474,9 @@ type extraRef struct {
 	pool                                               snapshot.PoolID
 }
 
+// maxEventExtras bounds the event extras a decode makes (a variable for tests).
+var maxEventExtras = snapshot.MaxEventExtras
+
 // event converts an event dict's items to a typed event. Unknown keys are ignored.
 func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 	ev := snapshot.Event{Stack: snapshot.NoStack}
@@ -546,7 +549,7 @@ func (d *decoder) event(at int64, items []val) (snapshot.Event, error) {
 				return ev, err
 			}
 		}
-		ev.Extra = id
+		ev.Extra = snapshot.MakeExtraID(id)
 		d.lastExtra.ref, d.lastExtra.id, d.lastExtra.ok = ref, id, true
 	}
 	return ev, nil
@@ -600,6 +603,9 @@ func (d *decoder) extraOf(at int64, ref extraRef) (uint32, error) {
 	}
 	id, ok := d.extraID[extra]
 	if !ok {
+		if len(d.extras) >= maxEventExtras {
+			return 0, d.failLimit(at, "more than %d distinct combinations of the trace events' optional strings (compile_context, user_metadata, category, …): more than memsnap indexes", maxEventExtras-1)
+		}
 		id = uint32(len(d.extras))
 		d.extras = append(d.extras, extra)
 		d.extraID[extra] = id

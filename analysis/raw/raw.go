@@ -301,8 +301,8 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 			}
 			ev := Event{Index: i, Action: e.Action.String(), Address: hex(addr), Size: e.Size, Stream: e.Stream,
 				TimeUS: e.TimeUS, StackID: int(e.Stack), DeviceFree: e.DeviceFree()}
-			if int(e.Extra) < len(snap.EventExtras) {
-				x := snap.EventExtras[e.Extra]
+			if e.Extra.Index() < len(snap.EventExtras) {
+				x := snap.EventExtras[e.Extra.Index()]
 				ev.CompileContext, ev.UserMetadata = x.CompileContext, x.UserMetadata
 				if e.Action == snapshot.ActionOther && x.ActionName != "" {
 					ev.Action = x.ActionName

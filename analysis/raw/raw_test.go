@@ -35,7 +35,7 @@ func testSnap() *snapshot.Snapshot {
 	for i := 0; i < 10; i++ {
 		s.DeviceTraces[0] = append(s.DeviceTraces[0], snapshot.Event{Action: snapshot.ActionAlloc, Addr: uint64(0x1000 + i), Size: 512, TimeUS: int64(i), Stack: 1})
 	}
-	s.DeviceTraces[0][9] = snapshot.Event{Action: snapshot.ActionOOM, Size: 1 << 30, Stack: 2, Extra: 1}.WithDeviceFree(7)
+	s.DeviceTraces[0][9] = snapshot.Event{Action: snapshot.ActionOOM, Size: 1 << 30, Stack: 2, Extra: snapshot.MakeExtraID(1)}.WithDeviceFree(7)
 	s.Annotations = []snapshot.Annotation{{Name: "fwd", Stage: "START"}, {Name: "fwd", Stage: "END", TimeUS: 5}}
 	s.Settings = snapshot.AllocatorSettings{Present: true, AllocConf: "expandable_segments:True", Raw: map[string]any{"k": 1}}
 	return s

@@ -241,7 +241,7 @@ func (s *Sim) record(ev snapshot.Event) {
 	s.now += s.cfg.TickUS
 	ev.TimeUS = s.now
 	if s.cfg.CompileContext != "" {
-		ev.Extra = 1 // Snapshot.EventExtras[1] = {CompileContext}
+		ev.Extra = snapshot.MakeExtraID(1) // Snapshot.EventExtras[1] = {CompileContext}
 	}
 	s.events = append(s.events, ev)
 	if s.cfg.MaxEntries > 0 && len(s.events) > s.cfg.MaxEntries {

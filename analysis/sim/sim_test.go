@@ -441,7 +441,7 @@ func TestLateRecordingAndCompileContext(t *testing.T) {
 	if sn.Segments[0].Stack != snapshot.EmptyStack {
 		t.Errorf("segment created while not recording has stack %d", sn.Segments[0].Stack)
 	}
-	if evs[0].Extra != 1 || sn.EventExtras[1].CompileContext != "N/A" {
-		t.Errorf("extra %d extras %+v", evs[0].Extra, sn.EventExtras)
+	if evs[0].Extra.Index() != 1 || sn.EventExtras[1].CompileContext != "N/A" {
+		t.Errorf("extra %d extras %+v", evs[0].Extra.Index(), sn.EventExtras)
 	}
 }

@@ -157,9 +157,22 @@ type Event struct {
 	TimeUS int64   // 0 when the file has no time_us
 	Stack  StackID // NoStack when the event has no frames key
 	// Extra indexes Snapshot.EventExtras: the optional newer string fields (0 = none).
-	Extra  uint32
-	Action Action // last: the small fields pack into 48 bytes (millions of events per file)
+	Extra  ExtraID
+	Action Action // last: the small fields pack into 40 bytes (millions of events per file)
 }
+
+// ExtraID is an index of Snapshot.EventExtras in three bytes, so that an event packs into 40
+// bytes: a file holds at most MaxEventExtras distinct combinations of those strings.
+type ExtraID [3]byte
+
+// MaxEventExtras is how many event extras an ExtraID can index.
+const MaxEventExtras = 1 << 24
+
+// MakeExtraID is the ExtraID of index i (0 <= i < MaxEventExtras; higher bits are dropped).
+func MakeExtraID(i uint32) ExtraID { return ExtraID{byte(i), byte(i >> 8), byte(i >> 16)} }
+
+// Index is the index x names.
+func (x ExtraID) Index() int { return int(x[0]) | int(x[1])<<8 | int(x[2])<<16 }
 
 // EventExtra holds an event's optional string fields; equal extras are shared by many events.
 type EventExtra struct {

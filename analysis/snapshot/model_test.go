@@ -5,11 +5,11 @@ import (
 	"unsafe"
 )
 
-// TestEventIs48Bytes guards the event's size: a trace holds millions, and every pass over
+// TestEventIs40Bytes guards the event's size: a trace holds millions, and every pass over
 // one (the index, the phase pass, each replay) streams them through the caches.
-func TestEventIs48Bytes(t *testing.T) {
-	if n := unsafe.Sizeof(Event{}); n != 48 {
-		t.Fatalf("Event is %d bytes, want 48", n)
+func TestEventIs40Bytes(t *testing.T) {
+	if n := unsafe.Sizeof(Event{}); n != 40 {
+		t.Fatalf("Event is %d bytes, want 40", n)
 	}
 }
 
@@ -32,5 +32,17 @@ func TestEventDeviceFree(t *testing.T) {
 		if got.Addr != c.wantAddr || got.DeviceFree() != c.wantFree || got.Size != c.ev.Size || got.Action != c.ev.Action {
 			t.Errorf("%+v.WithDeviceFree(%d) = %+v (device free %d), want addr %#x, device free %d", c.ev, c.n, got, got.DeviceFree(), c.wantAddr, c.wantFree)
 		}
+	}
+}
+
+// TestExtraID: the three-byte index keeps every index below MaxEventExtras.
+func TestExtraID(t *testing.T) {
+	for _, i := range []uint32{0, 1, 255, 256, 65535, 65536, MaxEventExtras - 1} {
+		if got := MakeExtraID(i).Index(); got != int(i) {
+			t.Errorf("MakeExtraID(%d).Index() = %d", i, got)
+		}
+	}
+	if MakeExtraID(1) == MakeExtraID(1<<8) || MakeExtraID(1<<8) == MakeExtraID(1<<16) {
+		t.Error("distinct indexes share an ExtraID")
 	}
 }

@@ -211,8 +211,8 @@ func (e *encoder) validate() error {
 			if !ok(ev.Stack) {
 				return fmt.Errorf("device %d event %d refers to stack %d of %d", d, i, ev.Stack, len(e.snap.Stacks))
 			}
-			if ev.Extra > 0 && int(ev.Extra) >= len(e.snap.EventExtras) {
-				return fmt.Errorf("device %d event %d refers to extra %d of %d", d, i, ev.Extra, len(e.snap.EventExtras))
+			if ev.Extra.Index() > 0 && ev.Extra.Index() >= len(e.snap.EventExtras) {
+				return fmt.Errorf("device %d event %d refers to extra %d of %d", d, i, ev.Extra.Index(), len(e.snap.EventExtras))
 			}
 		}
 	}
@@ -549,8 +549,8 @@ func (e *encoder) traces() error {
 func (e *encoder) event(d, i int) {
 	ev := &e.snap.DeviceTraces[d][i]
 	var x snapshot.EventExtra
-	if ev.Extra > 0 && int(ev.Extra) < len(e.snap.EventExtras) {
-		x = e.snap.EventExtras[ev.Extra]
+	if ev.Extra.Index() > 0 && ev.Extra.Index() < len(e.snap.EventExtras) {
+		x = e.snap.EventExtras[ev.Extra.Index()]
 	}
 	n := 4
 	if ev.TimeUS != 0 {
