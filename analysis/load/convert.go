@@ -2,6 +2,7 @@ package load
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -546,7 +547,7 @@ func (c *converter) event(m map[string]any) (snapshot.Event, error) {
 		id, ok := c.extraID[extra]
 		if !ok {
 			if len(c.extras) >= maxEventExtras {
-				return ev, fmt.Errorf("more than %d distinct combinations of the trace events' optional strings (compile_context, user_metadata, category, …): more than memsnap indexes", maxEventExtras-1)
+				return ev, errors.New(snapshot.TooManyExtras(maxEventExtras))
 			}
 			id = uint32(len(c.extras))
 			c.extras = append(c.extras, extra)

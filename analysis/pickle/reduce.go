@@ -604,7 +604,7 @@ func (d *decoder) extraOf(at int64, ref extraRef) (uint32, error) {
 	id, ok := d.extraID[extra]
 	if !ok {
 		if len(d.extras) >= maxEventExtras {
-			return 0, d.failLimit(at, "more than %d distinct combinations of the trace events' optional strings (compile_context, user_metadata, category, …): more than memsnap indexes", maxEventExtras-1)
+			return 0, d.failLimit(at, "%s", snapshot.TooManyExtras(maxEventExtras))
 		}
 		id = uint32(len(d.extras))
 		d.extras = append(d.extras, extra)

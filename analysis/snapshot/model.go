@@ -4,6 +4,7 @@
 package snapshot
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/memsnap/memsnap/analysis/internal/hugepage"
@@ -167,6 +168,12 @@ type ExtraID [3]byte
 
 // MaxEventExtras is how many event extras an ExtraID can index.
 const MaxEventExtras = 1 << 24
+
+// TooManyExtras is what a loader says of a file with more than max-1 distinct event extras
+// (max: the bound it applies, MaxEventExtras but in tests).
+func TooManyExtras(max int) string {
+	return fmt.Sprintf("more than %d distinct combinations of the trace events' optional strings (compile_context, user_metadata, category, …): more than memsnap indexes", max-1)
+}
 
 // MakeExtraID is the ExtraID of index i (0 <= i < MaxEventExtras; higher bits are dropped).
 func MakeExtraID(i uint32) ExtraID { return ExtraID{byte(i), byte(i >> 8), byte(i >> 16)} }
