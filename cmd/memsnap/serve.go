@@ -76,8 +76,9 @@ stdio) and the server goes on.`,
 				// between the two.
 				debug.SetMemoryLimit(o.cacheMB<<20*3/2 + 64<<20)
 			}
+			fileLoader, dirLoader := serverLoaders()
 			srv, err := tools.NewServer(tools.Config{Roots: o.roots, ClientRoots: o.clientRoots, CacheBytes: o.cacheMB << 20,
-				CallTimeout: o.callTimeout, Version: appVersion()})
+				CallTimeout: o.callTimeout, Version: appVersion(), Loader: fileLoader, DirLoader: dirLoader})
 			if err != nil {
 				return err
 			}
