@@ -285,3 +285,34 @@ func TestReadAhead(t *testing.T) {
 	ra.Close() // must return: the goroutine stops with buffers still to fill
 	ra.Close()
 }
+
+// TestMappedTraceCapacity: a trace list that outgrows its first room in a mapped file grows to
+// what the rest of the file holds, not to twice its length, so that the MCP server's cache
+// (Snapshot.Compact) need not copy millions of events to give the spare half back.
+func TestMappedTraceCapacity(t *testing.T) {
+	snap := genTrace(4, 300000)
+	snap.DeviceTraces = snap.DeviceTraces[:1]
+	data, err := writer.Encode(snap, writer.Options{Protocol: 4, ListPerTraceback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "one-trace.pickle")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := File(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := got.DeviceTraces[0]
+	if n, c := len(evs), cap(evs); n != len(snap.DeviceTraces[0]) || c < n || c > n+n/20 {
+		t.Errorf("%d events in a list of capacity %d, want %d events and at most 5%% spare", n, c, len(snap.DeviceTraces[0]))
+	}
+	stream, err := Reader(context.Background(), bytes.NewReader(data), path, int64(len(data)), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, stream) {
+		t.Fatal("the mapped file loads differently from the stream")
+	}
+}

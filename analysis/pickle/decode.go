@@ -201,6 +201,7 @@ type eventList struct {
 	events    []snapshot.Event
 	dropped   int64 // events dropped from the front by Options.MaxEvents
 	published int   // events[:published] were handed to the indexer
+	start     int64 // the input offset where the list began
 }
 
 const (

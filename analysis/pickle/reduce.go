@@ -171,6 +171,7 @@ func (d *decoder) startEventList(lst *object) {
 		}
 	}
 	lst.ev = d.newEventList(nil)
+	lst.ev.start = d.offset()
 	d.lastEvents = lst.ev
 }
 
@@ -193,6 +194,9 @@ func (d *decoder) appendEvent(l *eventList, ev snapshot.Event) {
 // which are most often a small part of the file: the first list then usually never grows, and
 // no copy of millions of events (and their page faults) is made. Capacity never written
 // costs no resident memory; it is at most 7 bytes (56 * 4 / minEventBytes) per byte read.
+// Decoding in place, a list that grows anyway gets no more than the rest of the input can
+// hold at the list's density so far (eventsAtEnd): a list kept for long (the MCP server's
+// cache) is then not copied again to give back the spare half of a doubling.
 func (d *decoder) growEvents(l *eventList) {
 	n := len(l.events)
 	room := min(d.offset()/minEventBytes, math.MaxInt32/4)
@@ -200,12 +204,31 @@ func (d *decoder) growEvents(l *eventList) {
 		room *= 4
 	}
 	c := max(2*n, 1024, int(room))
+	if est, ok := d.eventsAtEnd(l); ok {
+		c = min(c, est)
+	}
 	if m := d.opt.MaxEvents; m > 0 {
 		c = max(min(c, 2*m), n+1)
 	}
 	evs := hugepage.Make[snapshot.Event](n, c)
 	copy(evs, l.events)
 	l.events = evs
+}
+
+// eventsAtEnd estimates, in an in-place decode, the events list l will hold when the input
+// ends: those so far, and as many more as the rest of the input holds at the list's density
+// so far, with 3% to spare. At least an eighth more than now, so that an estimate that falls
+// short (denser events later) costs a few more copies, not one each time. Only for a list of
+// some length (the density of a few events says little).
+func (d *decoder) eventsAtEnd(l *eventList) (int, bool) {
+	n := len(l.events)
+	read := d.offset() - l.start
+	if !d.inPlace || n < 1<<16 || read <= 0 {
+		return 0, false
+	}
+	rest := int64(len(d.buf)) - d.offset()
+	est := float64(n)*(1+float64(max(rest, 0))/float64(read))*1.03 + 1024
+	return max(int(min(est, math.MaxInt32)), n+n/8), true
 }
 
 // bound drops the oldest events of a list beyond Options.MaxEvents, amortised: the list is
