@@ -193,7 +193,7 @@ func (d *decoder) appendEvent(l *eventList, ev snapshot.Event) {
 // starts with room for four times that many, because a snapshot's traces follow its segments,
 // which are most often a small part of the file: the first list then usually never grows, and
 // no copy of millions of events (and their page faults) is made. Capacity never written
-// costs no resident memory; it is at most 7 bytes (56 * 4 / minEventBytes) per byte read.
+// costs no resident memory; it is at most 5 bytes (40 * 4 / minEventBytes) per byte read.
 // Decoding in place, a list that grows anyway gets no more than the rest of the input can
 // hold at the list's density so far (eventsAtEnd): a list kept for long (the MCP server's
 // cache) is then not copied again to give back the spare half of a doubling.

@@ -27,11 +27,13 @@ type loadGC struct {
 	mu   sync.Mutex
 	n    int // loads in flight
 	prev int // the target before the first of them
-	// set changes the target and returns the one before (debug.SetGCPercent; tests).
-	set func(int) int
+	// set changes the target and returns the one before (debug.SetGCPercent), collect runs a
+	// collection (runtime.GC): tests replace them.
+	set     func(int) int
+	collect func()
 }
 
-func newLoadGC() *loadGC { return &loadGC{set: debug.SetGCPercent} }
+func newLoadGC() *loadGC { return &loadGC{set: debug.SetGCPercent, collect: runtime.GC} }
 
 func (g *loadGC) begin() {
 	g.mu.Lock()
@@ -58,29 +60,46 @@ func (g *loadGC) inFlight() int {
 	return g.n
 }
 
-// file wraps load.File, dir load.Dir. What a decoder leaves is garbage once its load ends, and
-// the next collection may be far off: it is collected, as the CLI does, so that the analysis
-// that follows reuses those pages instead of new ones the kernel must zero first.
+// file wraps load.File, dir load.Dir. What a decoder leaves is garbage once its load ends
+// (tens of MB on a large file), and the next collection may be far off: after a large load it
+// is collected, as the CLI does, so that the analysis that follows reuses those pages instead
+// of new ones the kernel must zero first. After a small one it is not worth a collection of
+// the whole heap, which holds the cache's snapshots.
 func (g *loadGC) file(fn tools.LoadFunc) tools.LoadFunc {
 	return func(ctx context.Context, path string, opt load.Options) (*snapshot.Snapshot, error) {
-		defer g.during()()
-		return fn(ctx, path, opt)
+		g.begin()
+		s, err := fn(ctx, path, opt)
+		g.end()
+		if s != nil {
+			g.collectAfter(tools.SnapshotCost(s))
+		}
+		return s, err
 	}
 }
 
 func (g *loadGC) dir(fn tools.DirLoadFunc) tools.DirLoadFunc {
 	return func(ctx context.Context, dir string, opt load.Options) ([]snapshot.Rank, error) {
-		defer g.during()()
-		return fn(ctx, dir, opt)
+		g.begin()
+		ranks, err := fn(ctx, dir, opt)
+		g.end()
+		var cost int64
+		for _, r := range ranks {
+			if r.Snap != nil {
+				cost += tools.SnapshotCost(r.Snap)
+			}
+		}
+		g.collectAfter(cost)
+		return ranks, err
 	}
 }
 
-// during begins a load and returns what ends it.
-func (g *loadGC) during() func() {
-	g.begin()
-	return func() {
-		g.end()
-		runtime.GC()
+// minCollectBytes: loads of snapshots smaller than this leave too little garbage to collect.
+const minCollectBytes = 16 << 20
+
+// collectAfter collects the garbage of a load of snapshots that hold cost bytes, if large.
+func (g *loadGC) collectAfter(cost int64) {
+	if cost >= minCollectBytes {
+		g.collect()
 	}
 }
 

@@ -49,7 +49,7 @@ func TestLoadGCOverlappingLoads(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeGC{cur: tc.start}
-			g := &loadGC{set: f.set}
+			g := &loadGC{set: f.set, collect: func() {}}
 			release := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
 			inside := make(chan int, 2)
 			fn := g.file(func(_ context.Context, path string, _ load.Options) (*snapshot.Snapshot, error) {
@@ -94,7 +94,7 @@ func TestLoadGCOverlappingLoads(t *testing.T) {
 // TestLoadGCDirLoads: a directory load raises the target as well.
 func TestLoadGCDirLoads(t *testing.T) {
 	f := &fakeGC{cur: 100}
-	g := &loadGC{set: f.set}
+	g := &loadGC{set: f.set, collect: func() {}}
 	var inside int
 	ranks, err := g.dir(func(context.Context, string, load.Options) ([]snapshot.Rank, error) {
 		inside = f.now()
@@ -105,6 +105,48 @@ func TestLoadGCDirLoads(t *testing.T) {
 	}
 	if inside != loadGCPercent || f.now() != 100 {
 		t.Errorf("target %d inside the load, %d after, want %d and 100", inside, f.now(), loadGCPercent)
+	}
+}
+
+// TestLoadGCCollectsAfterLargeLoads: the decoder's garbage is collected after a load of a
+// large snapshot (or of a directory of them), not after a small one.
+func TestLoadGCCollectsAfterLargeLoads(t *testing.T) {
+	big := &snapshot.Snapshot{DeviceTraces: [][]snapshot.Event{make([]snapshot.Event, minCollectBytes/40)}}
+	small := &snapshot.Snapshot{DeviceTraces: [][]snapshot.Event{make([]snapshot.Event, 1000)}}
+	for _, tc := range []struct {
+		name  string
+		snaps []*snapshot.Snapshot
+		dir   bool
+		want  int
+	}{
+		{"large file", []*snapshot.Snapshot{big}, false, 1},
+		{"small file", []*snapshot.Snapshot{small}, false, 0},
+		{"failed load", nil, false, 0},
+		{"directory of large ranks", []*snapshot.Snapshot{small, big}, true, 1},
+		{"directory of small ranks", []*snapshot.Snapshot{small, small}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			collections := 0
+			g := &loadGC{set: (&fakeGC{cur: 100}).set, collect: func() { collections++ }}
+			ctx := context.Background()
+			if tc.dir {
+				var ranks []snapshot.Rank
+				for i, s := range tc.snaps {
+					ranks = append(ranks, snapshot.Rank{Rank: i, Snap: s})
+				}
+				g.dir(func(context.Context, string, load.Options) ([]snapshot.Rank, error) { return ranks, nil })(ctx, "dir", load.Options{})
+			} else {
+				g.file(func(context.Context, string, load.Options) (*snapshot.Snapshot, error) {
+					if len(tc.snaps) == 0 {
+						return nil, errors.New("bad file")
+					}
+					return tc.snaps[0], nil
+				})(ctx, "f", load.Options{})
+			}
+			if collections != tc.want {
+				t.Errorf("%d collections, want %d", collections, tc.want)
+			}
+		})
 	}
 }
 
