@@ -66,30 +66,33 @@ func (g *loadGC) inFlight() int {
 // of new ones the kernel must zero first. After a small one it is not worth a collection of
 // the whole heap, which holds the cache's snapshots.
 func (g *loadGC) file(fn tools.LoadFunc) tools.LoadFunc {
-	return func(ctx context.Context, path string, opt load.Options) (*snapshot.Snapshot, error) {
+	return func(ctx context.Context, path string, opt load.Options) (s *snapshot.Snapshot, err error) {
 		g.begin()
-		s, err := fn(ctx, path, opt)
-		g.end()
-		if s != nil {
-			g.collectAfter(tools.SnapshotCost(s))
-		}
-		return s, err
+		// Deferred: a loader that panics (the cache recovers it) must not leave the target raised.
+		defer func() {
+			g.end()
+			if s != nil {
+				g.collectAfter(tools.SnapshotCost(s))
+			}
+		}()
+		return fn(ctx, path, opt)
 	}
 }
 
 func (g *loadGC) dir(fn tools.DirLoadFunc) tools.DirLoadFunc {
-	return func(ctx context.Context, dir string, opt load.Options) ([]snapshot.Rank, error) {
+	return func(ctx context.Context, dir string, opt load.Options) (ranks []snapshot.Rank, err error) {
 		g.begin()
-		ranks, err := fn(ctx, dir, opt)
-		g.end()
-		var cost int64
-		for _, r := range ranks {
-			if r.Snap != nil {
-				cost += tools.SnapshotCost(r.Snap)
+		defer func() {
+			g.end()
+			var cost int64
+			for _, r := range ranks {
+				if r.Snap != nil {
+					cost += tools.SnapshotCost(r.Snap)
+				}
 			}
-		}
-		g.collectAfter(cost)
-		return ranks, err
+			g.collectAfter(cost)
+		}()
+		return fn(ctx, dir, opt)
 	}
 }
 

@@ -150,6 +150,33 @@ func TestLoadGCCollectsAfterLargeLoads(t *testing.T) {
 	}
 }
 
+// TestLoadGCPanickingLoad: a loader that panics (the server's cache recovers it) leaves the
+// target as it found it and no load in flight.
+func TestLoadGCPanickingLoad(t *testing.T) {
+	f := &fakeGC{cur: 100}
+	g := &loadGC{set: f.set, collect: func() {}}
+	for _, call := range []func(){
+		func() {
+			g.file(func(context.Context, string, load.Options) (*snapshot.Snapshot, error) { panic("model bug") })(context.Background(), "f", load.Options{})
+		},
+		func() {
+			g.dir(func(context.Context, string, load.Options) ([]snapshot.Rank, error) { panic("model bug") })(context.Background(), "d", load.Options{})
+		},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic did not reach the caller")
+				}
+			}()
+			call()
+		}()
+		if f.now() != 100 || g.inFlight() != 0 {
+			t.Errorf("after a panicking load: target %d, %d loads in flight; want 100 and 0", f.now(), g.inFlight())
+		}
+	}
+}
+
 // TestServerLoadersRespectGOGC: with GOGC set the server keeps the plain loaders (the user's
 // target stands); without, it wraps both.
 func TestServerLoadersRespectGOGC(t *testing.T) {
