@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -111,7 +112,7 @@ func TestLoadGCDirLoads(t *testing.T) {
 // TestLoadGCCollectsAfterLargeLoads: the decoder's garbage is collected after a load of a
 // large snapshot (or of a directory of them), not after a small one.
 func TestLoadGCCollectsAfterLargeLoads(t *testing.T) {
-	big := &snapshot.Snapshot{DeviceTraces: [][]snapshot.Event{make([]snapshot.Event, minCollectBytes/40)}}
+	big := &snapshot.Snapshot{DeviceTraces: [][]snapshot.Event{make([]snapshot.Event, minCollectBytes/unsafe.Sizeof(snapshot.Event{}))}}
 	small := &snapshot.Snapshot{DeviceTraces: [][]snapshot.Event{make([]snapshot.Event, 1000)}}
 	for _, tc := range []struct {
 		name  string
