@@ -58,7 +58,8 @@ environment variable) requires "Authorization: Bearer TOKEN"; requests from a br
 are refused (403) unless its Origin is a loopback one or given with --allow-origin.
 --cache-mb bounds the snapshots held and the loads in flight together; --call-timeout bounds
 each call; a message over --max-message-kb is refused (413 over HTTP, a JSON-RPC error over
-stdio) and the server goes on.`,
+stdio) and the server goes on. While a snapshot loads, Go's garbage collector runs at GOGC 200,
+as the CLI's commands do, and at its default between loads; a GOGC in the environment stands.`,
 		Example: `  memsnap serve
   memsnap serve --root /data/snapshots --root .
   MEMSNAP_TOKEN=... memsnap serve --http 127.0.0.1:8765`,
