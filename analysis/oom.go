@@ -377,8 +377,8 @@ func replayFreeState(e *engine, roles *Roles, dev int, small bool, stream uint64
 			continue
 		}
 		fs.allocated += size
-		at := roles.Live(dev, sp.b.stack, sp.addr, size, sp.b.allocIdx, e.next-1)
-		rows.add(at, sp.addr, size, sp.b.stack, sp.b.allocIdx)
+		at := roles.Live(dev, sp.b.stack, sp.addr, size, int(sp.b.allocIdx), e.next-1)
+		rows.add(at, sp.addr, size, sp.b.stack, int(sp.b.allocIdx))
 	}
 	fs.sites, fs.byCat, fs.attnBytes, fs.attnSite = sortOOMSites(roles, dev, rows.m, limit)
 	return fs

@@ -166,7 +166,7 @@ type ReplayResult struct {
 type liveBlk struct {
 	size     int64
 	stream   uint64
-	allocIdx int // -1: alive before the trace
+	allocIdx int32 // -1: alive before the trace (event indexes fit in 32 bits, as in TraceIndex)
 	stack    snapshot.StackID
 	// freeReqIdx is the block's free_requested event (-1: none yet); its time is that event's.
 	freeReqIdx int32
@@ -495,7 +495,7 @@ func (sd *engineSeed) allocatedAt(ctx context.Context, p int) (*engine, error) {
 			continue // the seed's state stands
 		}
 		if ev := &evs[l-1]; ev.Action == snapshot.ActionAlloc {
-			e.blks[id] = liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: l - 1, freeReqIdx: -1}
+			e.blks[id] = liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: int32(l - 1), freeReqIdx: -1}
 			if !e.inUse[id] {
 				e.inUse[id] = true
 				e.nUsed++
@@ -567,7 +567,7 @@ func (sd *engineSeed) allocatedBefore(ctx context.Context, end *engine, p int) (
 		left--
 		// allocatedAt's rule: allocated when the last event is an alloc, else gone (a free
 		// leaves the block pending or freed, which liveSites does not read).
-		set(id, liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1}, ev.Action == snapshot.ActionAlloc)
+		set(id, liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: int32(i), freeReqIdx: -1}, ev.Action == snapshot.ActionAlloc)
 	}
 	for _, id := range ids {
 		if open[id] != 1 {
@@ -609,7 +609,7 @@ func (e *engine) step() {
 				e.active -= b.size
 				e.freeBlks = append(e.freeBlks, b)
 			}
-			e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1})
+			e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: int32(i), freeReqIdx: -1})
 			e.allocated += ev.Size
 			e.active += ev.Size
 		case snapshot.ActionFreeRequested:
@@ -659,7 +659,7 @@ func (e *engine) stepDense(i int, ev *snapshot.Event) {
 			e.inUse[id] = true
 			e.nUsed++
 		}
-		*b = liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1}
+		*b = liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: int32(i), freeReqIdx: -1}
 		e.allocated += ev.Size
 		e.active += ev.Size
 	case snapshot.ActionFreeRequested:
@@ -784,7 +784,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 		if b.pending {
 			return
 		}
-		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, now)
+		at := roles.Live(dev, b.stack, addr, b.size, int(b.allocIdx), now)
 		if at.ctx == ctxOptimizer {
 			switch {
 			case at.Category == CategoryTemporary:
@@ -792,7 +792,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 				if b.size > optTop || (b.size == optTop && at.Site < mix.optSite) {
 					optTop, mix.optSite, mix.optOwn = b.size, at.Site, at.Kind == SiteKindUser && !isTorchPath(normPath(at.File))
 				}
-			case at.Category == CategoryOptimizerState && roles.sameOptimizerRun(dev, b.allocIdx, now):
+			case at.Category == CategoryOptimizerState && roles.sameOptimizerRun(dev, int(b.allocIdx), now):
 				mix.optNew += b.size
 			}
 		}
@@ -813,7 +813,7 @@ func (e *engine) liveSites(roles *Roles, dev, limit int) ([]SiteBytes, peakMix) 
 		if cat == CategoryOther {
 			g.sizes = append(g.sizes, b.size)
 			if b.allocIdx >= 0 {
-				g.allocs = append(g.allocs, b.allocIdx)
+				g.allocs = append(g.allocs, int(b.allocIdx))
 			}
 		}
 		total += b.size
@@ -1500,7 +1500,7 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs []int
 		if b.allocIdx < 0 || b.pending {
 			return
 		}
-		at := roles.Live(dev, b.stack, addr, b.size, b.allocIdx, len(e.evs))
+		at := roles.Live(dev, b.stack, addr, b.size, int(b.allocIdx), len(e.evs))
 		k, added := idx.row(&at, at.Category, b.stack, true)
 		if added {
 			rows = append(rows, agg{at: at})
@@ -1512,7 +1512,7 @@ func repeatingSites(roles *Roles, dev int, e *engine, starts []int, allocs []int
 		g.surv++
 		g.bytes += b.size
 		// before the first step: setup, not a step
-		if st := stepOf(starts, b.allocIdx); st >= 0 && (len(g.steps) == 0 || g.steps[len(g.steps)-1] != st) {
+		if st := stepOf(starts, int(b.allocIdx)); st >= 0 && (len(g.steps) == 0 || g.steps[len(g.steps)-1] != st) {
 			g.steps = append(g.steps, st)
 		}
 	})

@@ -249,7 +249,7 @@ func SegmentMap(ctx context.Context, snap *snapshot.Snapshot, opt SegmentMapOpti
 		attr = func(si, bi int) (Attribution, snapshot.StackID) {
 			b := rb.blks[si][bi]
 			addr := segs[si].Blocks[bi].Address
-			return roles.Live(dev, b.stack, addr, b.size, b.allocIdx, now), b.stack
+			return roles.Live(dev, b.stack, addr, b.size, int(b.allocIdx), now), b.stack
 		}
 		if rb.outside > 0 {
 			r.Notes = append(r.Notes, fmt.Sprintf("%d live blocks (%s) lie in no segment the trace shows (their segment_alloc came before the trace) and are not drawn", rb.outside, FormatBytes(rb.outsideBytes)))

@@ -619,7 +619,7 @@ func (x *TimelineIndex) liveAfter(p int) *engine {
 	}
 	for i := 0; i <= p && i < len(x.evs); i++ {
 		if ev := &x.evs[i]; ev.Action == snapshot.ActionAlloc && (x.freedAt[i] < 0 || int(x.freedAt[i]) > p) {
-			e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: i, freeReqIdx: -1})
+			e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: int32(i), freeReqIdx: -1})
 		}
 	}
 	e.next = p + 1
