@@ -21,3 +21,31 @@ func alongside(other, here func()) {
 		panic(panicked)
 	}
 }
+
+// inParallel runs f(0), …, f(n-1) on n goroutines and returns when all are done. A panic in
+// any of them is raised again here (the first), as alongside does.
+func inParallel(n int, f func(i int)) {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		panicked any
+	)
+	for i := range n {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					mu.Lock()
+					if panicked == nil {
+						panicked = p
+					}
+					mu.Unlock()
+				}
+			}()
+			f(i)
+		})
+	}
+	wg.Wait()
+	if panicked != nil {
+		panic(panicked)
+	}
+}

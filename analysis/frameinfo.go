@@ -3,7 +3,6 @@ package analysis
 import (
 	"runtime"
 	"strings"
-	"sync"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -120,18 +119,14 @@ func (t *frameTable) info(a *Attributor, snap *snapshot.Snapshot, id snapshot.Fr
 func (t *frameTable) fill(a *Attributor, snap *snapshot.Snapshot) {
 	n := len(t.infos)
 	workers := min(runtime.GOMAXPROCS(0), 1+n/1024)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for id := w * n / workers; id < (w+1)*n/workers; id++ {
-				if !t.ready[id] {
-					t.infos[id] = a.newFrameInfo(snap.Frames[id])
-					t.ready[id] = true
-				}
+	inParallel(workers, func(w int) {
+		for id := w * n / workers; id < (w+1)*n/workers; id++ {
+			if !t.ready[id] {
+				t.infos[id] = a.newFrameInfo(snap.Frames[id])
+				t.ready[id] = true
 			}
-		})
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // stackInfos returns the frameInfos of a stack's frames from a filled table (safe on any

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/memsnap/memsnap/analysis/internal/hugepage"
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -1023,10 +1022,8 @@ func replayDevice(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, op
 	rw.frees.finish(roles, dev, e, limit)
 	// The peak's sites and the steps read the walk and the roles only, and fill different
 	// fields of r: they run side by side (the roles' caches take locks).
-	var steps sync.WaitGroup
-	steps.Go(func() { replaySteps(roles, dev, e, r, w, limit) })
-	err = explainPeak(ctx, seed, e, roles, dev, r, w.after, limit)
-	steps.Wait()
+	alongside(func() { replaySteps(roles, dev, e, r, w, limit) },
+		func() { err = explainPeak(ctx, seed, e, roles, dev, r, w.after, limit) })
 	if err != nil {
 		return nil, err
 	}
@@ -1074,9 +1071,10 @@ func replayWalk(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, dev 
 	// The walk needs no roles, and the roles' trace context (phases, steps, lifetimes) needs
 	// no walk: they are worked out at once, on two goroutines (and the stacks' attributions
 	// on the idle cores meanwhile, see attrTable). roles is the other goroutine's until it is
-	// done.
-	var prepared sync.WaitGroup
-	prepared.Go(func() {
+	// done. A panic on either goroutine reaches the caller (alongside).
+	rw := &replayed{}
+	var err error
+	alongside(func() {
 		d := roles.deviceLifetimes(dev)
 		if !warm {
 			return
@@ -1091,16 +1089,15 @@ func replayWalk(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, dev 
 				roles.Stack(dev, snapshot.StackID(k-1))
 			}
 		}
+	}, func() {
+		rw.seed = newEngineSeed(snap, dev)
+		rw.e = rw.seed.engine(true)
+		rw.r = newReplayResult(snap, rw.e, dev)
+		if watch {
+			rw.frees = watchFrees(snap, rw.e, rw.r)
+		}
+		rw.w, err = walkTrace(ctx, rw.e, rw.r)
 	})
-	rw := &replayed{seed: newEngineSeed(snap, dev)}
-	rw.e = rw.seed.engine(true)
-	rw.r = newReplayResult(snap, rw.e, dev)
-	if watch {
-		rw.frees = watchFrees(snap, rw.e, rw.r)
-	}
-	var err error
-	rw.w, err = walkTrace(ctx, rw.e, rw.r)
-	prepared.Wait()
 	if err != nil {
 		return nil, err
 	}
