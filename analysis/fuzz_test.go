@@ -125,6 +125,8 @@ func fuzzSnapshot(data []byte) *snapshot.Snapshot {
 		t.stack(user, 70, "__del__", "gc", 0, "collect", user, 72, "main"),
 	}
 	stack := func(b byte) snapshot.StackID { return stacks[int(b)%len(stacks)] }
+	// Per-event strings: a step's user metadata, a compiled region, a private pool (CUDA graphs).
+	t.snap.EventExtras = []snapshot.EventExtra{{}, {UserMetadata: "step=1"}, {CompileContext: "[0/1] torch/_inductor"}, {PoolID: snapshot.PoolID{1, 2}}}
 	twoDevices := flags&2 != 0
 	timed := flags&4 != 0
 	const base = uint64(0x7f0000000000)
@@ -158,6 +160,11 @@ func fuzzSnapshot(data []byte) *snapshot.Snapshot {
 			dev = 1
 		}
 		t.seg(dev, addr, uint64(sb>>6&1), blocks...)
+		sg := &t.snap.Segments[len(t.snap.Segments)-1]
+		sg.IsExpandable = flags&8 != 0 && sb&0x20 != 0
+		if flags&0x40 != 0 && sb&0x20 != 0 {
+			sg.PoolID = snapshot.PoolID{1, 2}
+		}
 		segAddrs = append(segAddrs, addr)
 		addr += uint64(size) + 32<<20
 	}
@@ -166,7 +173,8 @@ func fuzzSnapshot(data []byte) *snapshot.Snapshot {
 	for len(data) >= 4 {
 		a, where, sb, sk := next(), next(), next(), next()
 		act := snapshot.Action(1 + int(a)%10) // alloc … annotate
-		ev := snapshot.Event{Action: act, Size: sizes[int(sb)%len(sizes)], Stack: stack(sk), Stream: uint64(sk >> 6 & 1)}
+		ev := snapshot.Event{Action: act, Size: sizes[int(sb)%len(sizes)], Stack: stack(sk), Stream: uint64(sk >> 6 & 1),
+			Extra: snapshot.MakeExtraID(uint32(a/10) % uint32(len(t.snap.EventExtras)))}
 		switch slot := uint64(where & 15); {
 		case act == snapshot.ActionSegmentAlloc || act == snapshot.ActionSegmentFree || act == snapshot.ActionSegmentMap || act == snapshot.ActionSegmentUnmap:
 			if len(segAddrs) > 0 && slot < 8 {
@@ -194,6 +202,10 @@ func fuzzSnapshot(data []byte) *snapshot.Snapshot {
 			dev = 1
 		}
 		t.ev(dev, ev)
+	}
+	if flags&0x80 != 0 && timed {
+		t.snap.Annotations = []snapshot.Annotation{{Name: "forward", Stage: "START", TimeUS: 1_700_000_000_000_001},
+			{Name: "forward", Stage: "END", TimeUS: tick - 1}, {Name: "optimizer_step", Stage: "START", TimeUS: tick}}
 	}
 	return t.done()
 }
