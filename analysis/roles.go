@@ -583,8 +583,8 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 	for i := range d.evs {
 		// The record of the block an event a few on names: a long trace's records do not stay
 		// in the cache, and fetched ahead their misses overlap. A segment event's slot numbers
-		// segments, not blocks (there may be more of them): such a read is wasted, and kept in
-		// the table.
+		// segments, not blocks, and a trace may have more of those: its fetch is of some other
+		// block's record, harmless only inside the table.
 		if j := i + readAhead; j < len(d.evs) {
 			if id := x.Slot[j]; uint(id) < uint(len(live)) {
 				prefetch.Line(unsafe.Pointer(&live[id]))
