@@ -2,24 +2,17 @@ package analysis
 
 import "sync"
 
-// alongside runs other on another goroutine while here runs on this one, and returns when both
-// are done. A panic in other is raised again here, as if it had run on this goroutine: the MCP
-// server turns a tool's panic into an error, where one on a goroutine of its own would end the
-// process.
+// alongside runs other and here at once and returns when both are done. A panic in either is
+// raised again here, once both have finished: the MCP server turns a tool's panic into an
+// error, where one on a goroutine of its own would end the process.
 func alongside(other, here func()) {
-	var (
-		wg       sync.WaitGroup
-		panicked any
-	)
-	wg.Go(func() {
-		defer func() { panicked = recover() }()
-		other()
+	inParallel(2, func(i int) {
+		if i == 0 {
+			other()
+		} else {
+			here()
+		}
 	})
-	here()
-	wg.Wait()
-	if panicked != nil {
-		panic(panicked)
-	}
 }
 
 // inParallel runs f(0), …, f(n-1) on n goroutines and returns when all are done. A panic in
