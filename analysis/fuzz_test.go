@@ -60,12 +60,25 @@ func runEveryAnalysis(t *testing.T, s *snapshot.Snapshot) {
 			out.WriteString(v.Text())
 		}
 	}
+	// Every block is counted once, in every view of the final state.
+	var blockBytes int64
+	for _, seg := range s.Segments {
+		for _, b := range seg.Blocks {
+			blockBytes += b.Size
+		}
+	}
 	sum, err := Summarize(ctx, s, SummaryOptions{})
 	text(sum, err)
+	if tot := sum.Totals; err == nil && tot.AllocatedBytes+tot.PendingFreeBytes+tot.InactiveBytes != blockBytes {
+		t.Fatalf("summarize: allocated %d + pending %d + inactive %d, want the blocks' %d", tot.AllocatedBytes, tot.PendingFreeBytes, tot.InactiveBytes, blockBytes)
+	}
 	for _, g := range []string{"site", "stack", "file", "function", "annotation", "compile_context"} {
 		for _, st := range []string{"allocated", "all"} {
 			r, err := TopStacks(s, TopStacksOptions{Device: AllDevices, GroupBy: g, State: st})
 			text(r, err)
+			if err == nil && st == "all" && r.TotalBytes != blockBytes {
+				t.Fatalf("top-stacks by %s: %d bytes in all, want the blocks' %d", g, r.TotalBytes, blockBytes)
+			}
 		}
 	}
 	frag, err := Fragmentation(s, FragOptions{Device: AllDevices})
