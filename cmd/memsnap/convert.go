@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 
@@ -51,13 +51,11 @@ func snapshotFormat(path string, protocol int) (writer.Options, error) {
 	return opt, nil
 }
 
-// writeSnapshot encodes snap in the form the output's name asks for and writes it atomically.
-func writeSnapshot(ctx context.Context, snap *snapshot.Snapshot, out string, opt writer.Options, force bool) (int, error) {
-	var buf bytes.Buffer
-	if err := writer.EncodeTo(ctx, &buf, snap, opt); err != nil {
-		return 0, err
-	}
-	return buf.Len(), writeFileAtomic(out, buf.Bytes(), force)
+// writeSnapshot encodes snap in the form the output's name asks for and writes it atomically,
+// streaming: JSON expands every shared frame list, so its output can be tens of times the
+// input's size.
+func writeSnapshot(ctx context.Context, snap *snapshot.Snapshot, out string, opt writer.Options, force bool) (int64, error) {
+	return writeAtomic(out, force, func(w io.Writer) error { return writer.EncodeTo(ctx, w, snap, opt) })
 }
 
 func newConvertCmd() *cobra.Command {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -189,29 +191,65 @@ func refuseExisting(path string, force bool) error {
 // file is either whole or untouched. Without overwrite an existing path is an error (the file is
 // linked into place, which fails rather than replace one that appeared meanwhile).
 func writeFileAtomic(path string, data []byte, overwrite bool) error {
+	_, err := writeAtomic(path, overwrite, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+	return err
+}
+
+// writeAtomic is writeFileAtomic for output that fill streams (a snapshot can encode to many
+// times its size: nothing holds it whole in memory). It returns the bytes written. An error of
+// fill's own (the encoder's) is returned as it is; one writing the file names the file.
+func writeAtomic(path string, overwrite bool, fill func(io.Writer) error) (int64, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
+		return 0, fmt.Errorf("cannot write %s: %w", path, err)
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	fw := &fileWriter{f: f}
+	bw := bufio.NewWriterSize(fw, 1<<20)
+	err = fill(bw)
 	if err == nil {
-		err = os.Chmod(tmp, 0o644)
+		err = bw.Flush()
 	}
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
+	if cerr := f.Close(); fw.err == nil && cerr != nil {
+		fw.err = cerr
+	}
+	if fw.err == nil {
+		fw.err = os.Chmod(tmp, 0o644)
+	}
+	switch {
+	case fw.err != nil:
+		return 0, fmt.Errorf("cannot write %s: %w", path, fw.err)
+	case err != nil:
+		return 0, err
 	}
 	if overwrite {
 		err = os.Rename(tmp, path)
 	} else if err = os.Link(tmp, path); os.IsExist(err) {
-		return fmt.Errorf("%s exists; pass --force to replace it", path)
+		return 0, fmt.Errorf("%s exists; pass --force to replace it", path)
 	}
 	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
+		return 0, fmt.Errorf("cannot write %s: %w", path, err)
 	}
-	return nil
+	return fw.n, nil
+}
+
+// fileWriter counts the bytes written to f and keeps the first error.
+type fileWriter struct {
+	f   *os.File
+	n   int64
+	err error
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	n, err := w.f.Write(p)
+	w.n += int64(n)
+	w.err = err
+	return n, err
 }

@@ -87,7 +87,7 @@ overwritten.`,
 			if st, err := os.Stat(args[0]); err == nil {
 				in = st.Size()
 			}
-			if _, err := fmt.Fprintf(c.OutOrStdout(), "wrote %s (%s; the input is %s)\n", out, analysis.FormatBytes(int64(n)), analysis.FormatBytes(in)); err != nil {
+			if _, err := fmt.Fprintf(c.OutOrStdout(), "wrote %s (%s; the input is %s)\n", out, analysis.FormatBytes(n), analysis.FormatBytes(in)); err != nil {
 				return err
 			}
 			return emit(c, false, rep)
