@@ -125,6 +125,9 @@ type encoder struct {
 	eventOwner [][]int32          // per device: the event whose traceback each event uses
 	shared     map[recordKey]bool // tracebacks used by more than one record
 	ticks      int
+	// The handles of frames and stacks, by id (see boxed).
+	frameHandles, stackHandles []any
+	fastKeys                   fastKeys
 }
 
 func (e *encoder) check() error {
@@ -319,10 +322,28 @@ func (e *encoder) frames(h any, id snapshot.StackID) {
 }
 
 // listHandle is the handle of a record's frames list in the default mode.
-func (e *encoder) listHandle(id snapshot.StackID) any { return stackKey(id) }
+func (e *encoder) listHandle(id snapshot.StackID) any {
+	return boxed(&e.stackHandles, int(id), func() any { return stackKey(id) })
+}
+
+// boxed returns the handle at i of hs, made by mk once: a handle converted to an interface at
+// every use would cost an allocation per trace event.
+func boxed(hs *[]any, i int, mk func() any) any {
+	if i < 0 {
+		return mk()
+	}
+	if i >= len(*hs) {
+		*hs = append(*hs, make([]any, i+1-len(*hs))...)
+		*hs = (*hs)[:cap(*hs)]
+	}
+	if (*hs)[i] == nil {
+		(*hs)[i] = mk()
+	}
+	return (*hs)[i]
+}
 
 func (e *encoder) frame(id snapshot.FrameID) {
-	h := frameKey(id)
+	h := boxed(&e.frameHandles, int(id), func() any { return frameKey(id) })
 	if e.s.Ref(h) {
 		return
 	}
@@ -529,6 +550,10 @@ func (e *encoder) traces() error {
 		e.s.EndList()
 		return e.s.Err()
 	}
+	fast, _ := e.s.(*Writer)
+	if fast != nil && (!fastEvents || fast.cfg.Cpp || !fast.framing || e.opt.ListPerTraceback) {
+		fast = nil
+	}
 	e.s.StartList(nil, len(e.snap.DeviceTraces))
 	for d, evs := range e.snap.DeviceTraces {
 		e.s.StartList(nil, len(evs))
@@ -536,7 +561,9 @@ func (e *encoder) traces() error {
 			if err := e.check(); err != nil {
 				return err
 			}
-			e.event(d, i)
+			if fast == nil || !e.fastEvent(fast, &evs[i]) {
+				e.event(d, i)
+			}
 			e.s.Next()
 		}
 		e.s.EndList()
@@ -544,6 +571,107 @@ func (e *encoder) traces() error {
 	}
 	e.s.EndList()
 	return e.s.Err()
+}
+
+// fastEvents turns fastEvent on (tests compare its bytes with the general path's).
+var fastEvents = true
+
+// fastEventMax bounds the bytes fastEvent writes: the dict with its memo and mark (3), six
+// keys, the action and the frames list as memo gets (5 each), four integers (11 each at most:
+// LONG1 of 9 bytes), SETITEMS (1).
+const fastEventMax = 3 + 8*5 + 4*11 + 1
+
+// fastEvent writes trace event ev as event does, byte for byte, straight into the writer's
+// frame, when everything it refers to is already in the memo (its keys, its action, its
+// frames list) and no frame can end inside it; otherwise it writes nothing and returns false.
+// The pickle of a large trace is millions of these small dicts, and the general path's calls
+// through the sink interface per key and value were most of the time of writing one.
+func (e *encoder) fastEvent(w *Writer, ev *snapshot.Event) bool {
+	if !w.frameOpen || w.err != nil || len(w.buf)-frameHeader+fastEventMax >= frameTarget || w.next >= math.MaxUint32-1 ||
+		ev.Action == snapshot.ActionOOM || ev.Action == snapshot.ActionOther || ev.Action >= fastActions || ev.Extra.Index() != 0 {
+		return false
+	}
+	keys := &e.fastKeys
+	need := uint32(1<<keyAction | 1<<keyAddr | 1<<keySize | 1<<keyStream | 1<<(numFastKeys+int(ev.Action)))
+	if ev.TimeUS != 0 {
+		need |= 1 << keyTimeUS
+	}
+	if ev.Stack != snapshot.NoStack {
+		need |= 1 << keyFrames
+	}
+	if need&^keys.have != 0 && !keys.find(w, need) {
+		return false
+	}
+	var frames uint32
+	if ev.Stack != snapshot.NoStack {
+		var ok bool
+		if frames, ok = w.lookup(e.listHandle(ev.Stack)); !ok {
+			return false
+		}
+	}
+	b := append(w.buf, OpEmptyDict, OpMemoize, OpMark)
+	w.next++
+	b = appendGet(b, keys.idx[keyAction])
+	b = appendGet(b, keys.idx[numFastKeys+int(ev.Action)])
+	b = appendGet(b, keys.idx[keyAddr])
+	b = appendUint(b, ev.Addr)
+	b = appendGet(b, keys.idx[keySize])
+	b = appendInt(b, ev.Size)
+	b = appendGet(b, keys.idx[keyStream])
+	b = appendUint(b, ev.Stream)
+	if ev.TimeUS != 0 {
+		b = appendGet(b, keys.idx[keyTimeUS])
+		b = appendInt(b, ev.TimeUS)
+	}
+	if ev.Stack != snapshot.NoStack {
+		b = appendGet(b, keys.idx[keyFrames])
+		b = appendGet(b, frames)
+	}
+	w.buf = append(b, OpSetItems)
+	return true
+}
+
+// The keys fastEvent writes, in fastKeyNames' order.
+const (
+	keyAction = iota
+	keyAddr
+	keySize
+	keyStream
+	keyTimeUS
+	keyFrames
+	numFastKeys
+)
+
+// fastActions bounds the actions fastEvent writes (snapshot.Action values).
+const fastActions = 16
+
+var fastKeyNames = [numFastKeys]string{"action", "addr", "size", "stream", "time_us", "frames"}
+
+// fastKeys are the memo indexes of the strings fastEvent writes as gets: fastKeyNames, then
+// the action names by snapshot.Action (from numFastKeys); have marks those found in the memo.
+type fastKeys struct {
+	idx  [numFastKeys + fastActions]uint32
+	have uint32
+}
+
+// find looks the strings of need up in the memo and reports whether all are there.
+func (k *fastKeys) find(w *Writer, need uint32) bool {
+	for i := range k.idx {
+		if bit := uint32(1) << i; need&bit != 0 && k.have&bit == 0 {
+			name := ""
+			if i < numFastKeys {
+				name = fastKeyNames[i]
+			} else {
+				name = snapshot.Action(i - numFastKeys).String()
+			}
+			idx, ok := w.strMemo[name]
+			if !ok {
+				return false
+			}
+			k.idx[i], k.have = idx, k.have|bit
+		}
+	}
+	return true
 }
 
 func (e *encoder) event(d, i int) {

@@ -16,6 +16,7 @@ import (
 	"math"
 	"math/big"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Pickle opcodes used by this writer (names as in CPython's pickletools).
@@ -95,8 +96,12 @@ type Writer struct {
 	framing   bool
 	frameOpen bool
 	buf       []byte // current frame, header placeholder included
+	tmp       []byte // what write passes on outside frames
 	memo      map[any]uint32
+	frameMemo []uint32 // memo index + 1 by frameKey (0: not written)
+	stackMemo []uint32 // by stackKey
 	strMemo   map[string]uint32
+	strCache  [1 << strCacheBits]strCacheEntry
 	globals   map[string]uint32
 	next      uint32
 	stack     []container
@@ -179,11 +184,22 @@ func (w *Writer) direct(b []byte) {
 
 // write appends bytes to the current frame (opening one if needed) or writes them through.
 func (w *Writer) write(b ...byte) {
+	if w.frameOpen && w.err == nil { // the usual case, small enough to inline
+		w.buf = append(w.buf, b...)
+		return
+	}
+	w.writeSlow(b)
+}
+
+func (w *Writer) writeSlow(b []byte) {
 	if w.err != nil {
 		return
 	}
 	if !w.framing {
-		w.direct(b)
+		// Through a buffer of the writer's own: b handed to the io.Writer would escape, and
+		// every opcode written would cost an allocation.
+		w.tmp = append(w.tmp[:0], b...)
+		w.direct(w.tmp)
 		return
 	}
 	if !w.frameOpen {
@@ -245,16 +261,71 @@ func (w *Writer) memoize(h any) {
 	}
 	w.next++
 	if h != nil {
-		w.memo[h] = idx
+		w.remember(h, idx)
 	}
 }
 
-func (w *Writer) get(idx uint32) {
-	if idx < 256 {
-		w.write(OpBinGet, byte(idx))
-	} else {
-		w.write(OpLongBinGet, byte(idx), byte(idx>>8), byte(idx>>16), byte(idx>>24))
+// The handles of a snapshot's frames and stacks (frameKey, stackKey: numbered densely) keep
+// their memo indexes in slices: a lookup in the map, hashing and comparing the handle as an
+// interface, was most of the cost of writing a large snapshot (one per trace event).
+
+// remember records that handle h names memo index idx.
+func (w *Writer) remember(h any, idx uint32) {
+	switch k := h.(type) {
+	case frameKey:
+		if k >= 0 {
+			w.frameMemo = setDense(w.frameMemo, int(k), idx)
+			return
+		}
+	case stackKey:
+		if k >= 0 {
+			w.stackMemo = setDense(w.stackMemo, int(k), idx)
+			return
+		}
 	}
+	w.memo[h] = idx
+}
+
+// lookup returns the memo index of handle h.
+func (w *Writer) lookup(h any) (uint32, bool) {
+	switch k := h.(type) {
+	case frameKey:
+		if k >= 0 {
+			return getDense(w.frameMemo, int(k))
+		}
+	case stackKey:
+		if k >= 0 {
+			return getDense(w.stackMemo, int(k))
+		}
+	}
+	idx, ok := w.memo[h]
+	return idx, ok
+}
+
+// setDense stores idx+1 at i (0: not written), growing m as needed.
+func setDense(m []uint32, i int, idx uint32) []uint32 {
+	if i >= len(m) {
+		m = append(m, make([]uint32, i+1-len(m))...)
+		m = m[:cap(m)]
+	}
+	m[i] = idx + 1
+	return m
+}
+
+func getDense(m []uint32, i int) (uint32, bool) {
+	if i < len(m) && m[i] != 0 {
+		return m[i] - 1, true
+	}
+	return 0, false
+}
+
+func (w *Writer) get(idx uint32) {
+	if w.frameOpen && w.err == nil {
+		w.buf = appendGet(w.buf, idx)
+		return
+	}
+	var b [5]byte
+	w.writeSlow(appendGet(b[:0], idx))
 }
 
 // Ref writes a memo GET and returns true if an object with handle h was already written;
@@ -264,7 +335,7 @@ func (w *Writer) Ref(h any) bool {
 		return false
 	}
 	w.beginSave()
-	if idx, ok := w.memo[h]; ok {
+	if idx, ok := w.lookup(h); ok {
 		w.get(idx)
 		return true
 	}
@@ -273,7 +344,7 @@ func (w *Writer) Ref(h any) bool {
 
 // Memoized reports whether handle h has been written.
 func (w *Writer) Memoized(h any) bool {
-	_, ok := w.memo[h]
+	_, ok := w.lookup(h)
 	return ok
 }
 
@@ -296,23 +367,55 @@ func (w *Writer) Bool(b bool) {
 // Int writes an integer with CPython's (or, in Cpp mode, the C++ pickler's) opcode choice.
 func (w *Writer) Int(v int64) {
 	w.beginSave()
-	switch {
-	case v >= 0 && v <= 0xff:
-		w.write(OpBinInt1, byte(v))
-	case v >= 0 && v <= 0xffff:
-		w.write(OpBinInt2, byte(v), byte(v>>8))
-	case v >= math.MinInt32 && v <= math.MaxInt32:
-		w.write(OpBinInt, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
-	case w.cfg.Cpp:
+	if w.cfg.Cpp && (v < math.MinInt32 || v > math.MaxInt32) {
 		b := make([]byte, 10)
 		b[0], b[1] = OpLong1, 8
 		binary.LittleEndian.PutUint64(b[2:], uint64(v))
 		w.write(b...)
-	default:
-		var le [8]byte
-		binary.LittleEndian.PutUint64(le[:], uint64(v))
-		w.long(trimTwos(le[:]))
+		return
 	}
+	if w.frameOpen && w.err == nil {
+		w.buf = appendInt(w.buf, v)
+		return
+	}
+	var b [10]byte
+	w.writeSlow(appendInt(b[:0], v))
+}
+
+// appendInt appends CPython's pickle of v: BININT1, BININT2, BININT, or LONG1 with the
+// shortest two's complement.
+func appendInt(b []byte, v int64) []byte {
+	switch {
+	case v >= 0 && v <= 0xff:
+		return append(b, OpBinInt1, byte(v))
+	case v >= 0 && v <= 0xffff:
+		return append(b, OpBinInt2, byte(v), byte(v>>8))
+	case v >= math.MinInt32 && v <= math.MaxInt32:
+		return append(b, OpBinInt, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+	}
+	var le [8]byte
+	binary.LittleEndian.PutUint64(le[:], uint64(v))
+	t := trimTwos(le[:])
+	return append(append(b, OpLong1, byte(len(t))), t...)
+}
+
+// appendUint appends CPython's pickle of a non-negative integer (above 2^63-1: LONG1 of 9
+// bytes).
+func appendUint(b []byte, v uint64) []byte {
+	if v <= math.MaxInt64 {
+		return appendInt(b, int64(v))
+	}
+	var le [9]byte
+	binary.LittleEndian.PutUint64(le[:8], v)
+	return append(append(b, OpLong1, 9), le[:]...)
+}
+
+// appendGet appends a memo GET of idx.
+func appendGet(b []byte, idx uint32) []byte {
+	if idx < 256 {
+		return append(b, OpBinGet, byte(idx))
+	}
+	return append(b, OpLongBinGet, byte(idx), byte(idx>>8), byte(idx>>16), byte(idx>>24))
 }
 
 // Uint writes a non-negative integer; values above 2^63-1 need LONG1 with 9 bytes (in Cpp mode
@@ -424,15 +527,37 @@ func (w *Writer) Str(s string) {
 // (interned strings such as dict keys).
 func (w *Writer) SharedStr(s string) {
 	w.beginSave()
-	if idx, ok := w.strMemo[s]; ok {
-		w.get(idx)
+	// Most shared strings are dict keys written from the same few string constants millions
+	// of times: a string with the same bytes in memory (data pointer and length) is the same
+	// string, and a small cache by pointer answers before the map hashes it.
+	p := unsafe.StringData(s)
+	c := &w.strCache[(uint64(uintptr(unsafe.Pointer(p)))*0x9e3779b97f4a7c15)>>(64-strCacheBits)]
+	if c.p == p && c.n == len(s) && p != nil {
+		w.get(c.idx)
 		return
 	}
-	w.strBody(s)
-	if w.err == nil {
-		w.strMemo[s] = w.next
+	idx, ok := w.strMemo[s]
+	if !ok {
+		w.strBody(s)
+		if w.err != nil {
+			return
+		}
+		idx = w.next
+		w.strMemo[s] = idx
+		w.memoize(nil)
+	} else {
+		w.get(idx)
 	}
-	w.memoize(nil)
+	*c = strCacheEntry{p, len(s), idx}
+}
+
+const strCacheBits = 7
+
+// strCacheEntry is a shared string's memo index, by the string's data pointer and length.
+type strCacheEntry struct {
+	p   *byte
+	n   int
+	idx uint32
 }
 
 // StrAs writes a new str object with handle h (so Ref(h) can refer to it later).
