@@ -2,12 +2,14 @@ package writer
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"sort"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -62,11 +64,70 @@ func EncodeTo(ctx context.Context, out io.Writer, snap *snapshot.Snapshot, opt O
 	if opt.TrailingBytes < 0 {
 		return fmt.Errorf("encode snapshot: negative TrailingBytes %d", opt.TrailingBytes)
 	}
-	var gz *gzip.Writer
-	if opt.Gzip {
-		gz = gzip.NewWriter(out)
-		out = gz
+	if !opt.Gzip {
+		return encode(ctx, out, snap, opt)
 	}
+	gz := newGzipBehind(out)
+	closed := false
+	defer func() {
+		if !closed { // a panic: the compressor must not wait on the pipe for ever
+			gz.close(errors.New("encoder panicked"))
+		}
+	}()
+	err := encode(ctx, gz, snap, opt)
+	closed = true
+	if cerr := gz.close(err); err == nil && cerr != nil {
+		return fmt.Errorf("encode snapshot: gzip: %w", cerr)
+	}
+	return err
+}
+
+// gzipLevel is the compression of gzip output. On the 296 MB bench file's 102 MB pickle,
+// klauspost/compress at level 3 took 0.45 s for 22.1 MB, where the standard library's default
+// took 4.7 s for 20.7 MB (level 1: 0.36 s, 22.9 MB; its default: 0.69 s, 21.7 MB).
+const gzipLevel = 3
+
+// gzipBehind compresses on a goroutine of its own what is written to it, so that encoding and
+// compressing share the two cores: the encoder's writes (1 MiB at a time, through the pickle
+// writer's buffer) wait only while the previous chunk is being compressed.
+type gzipBehind struct {
+	pw   *io.PipeWriter
+	done chan error
+}
+
+func newGzipBehind(out io.Writer) *gzipBehind {
+	pr, pw := io.Pipe()
+	g := &gzipBehind{pw: pw, done: make(chan error, 1)}
+	go func() {
+		gz, err := gzip.NewWriterLevel(out, gzipLevel)
+		if err == nil {
+			_, err = io.Copy(gz, pr)
+			if cerr := gz.Close(); err == nil {
+				err = cerr
+			}
+		}
+		// A failed write to out fails the encoder's next write, which then stops.
+		pr.CloseWithError(err)
+		g.done <- err
+	}()
+	return g
+}
+
+func (g *gzipBehind) Write(p []byte) (int, error) { return g.pw.Write(p) }
+
+// close ends the stream (cut short when the encoder failed: encErr) and waits for the
+// compressor; it returns the compressor's error.
+func (g *gzipBehind) close(encErr error) error {
+	if encErr != nil {
+		g.pw.CloseWithError(encErr)
+	} else {
+		g.pw.Close()
+	}
+	return <-g.done
+}
+
+// encode writes the uncompressed file to out.
+func encode(ctx context.Context, out io.Writer, snap *snapshot.Snapshot, opt Options) error {
 	e := &encoder{ctx: ctx, snap: snap, opt: opt}
 	var err error
 	if opt.JSON {
@@ -97,11 +158,6 @@ func EncodeTo(ctx context.Context, out io.Writer, snap *snapshot.Snapshot, opt O
 	}
 	if err != nil {
 		return fmt.Errorf("encode snapshot: %w", err)
-	}
-	if gz != nil {
-		if err := gz.Close(); err != nil {
-			return fmt.Errorf("encode snapshot: gzip: %w", err)
-		}
 	}
 	return nil
 }

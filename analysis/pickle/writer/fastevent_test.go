@@ -2,6 +2,10 @@ package writer
 
 import (
 	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -74,5 +78,49 @@ func TestFastEventsMatchGeneralPath(t *testing.T) {
 			}
 			t.Errorf("protocol %d gzip %v: the fast path's %d bytes differ from the general path's %d from byte %d", opt.Protocol, opt.Gzip, len(got), len(want), i)
 		}
+	}
+}
+
+// failAfter fails every write once n bytes went through.
+type failAfter struct{ n int }
+
+var errDiskFull = errors.New("no space left on device")
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if f.n < len(p) {
+		return 0, errDiskFull
+	}
+	f.n -= len(p)
+	return len(p), nil
+}
+
+// Gzip output compresses on a goroutine of its own: a failed write of the compressed stream
+// and a failed encoding each end EncodeTo with their error (not a hang), and a complete one
+// decompresses to the plain pickle.
+func TestEncodeGzipBehind(t *testing.T) {
+	snap := testSnapshot()
+	plain, err := Encode(snap, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := EncodeTo(context.Background(), &buf, snap, Options{Gzip: true}); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(zr); err != nil || !bytes.Equal(got, plain) {
+		t.Errorf("gzip output decompresses to %d bytes (%v), want the %d of the pickle", len(got), err, len(plain))
+	}
+	if err := EncodeTo(context.Background(), &failAfter{n: 10}, snap, Options{Gzip: true}); !errors.Is(err, errDiskFull) {
+		t.Errorf("a failing output: %v, want %v", err, errDiskFull)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	big := &snapshot.Snapshot{DeviceTraces: [][]snapshot.Event{make([]snapshot.Event, 1<<17)}}
+	if err := EncodeTo(ctx, io.Discard, big, Options{Gzip: true}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled encoding: %v, want context.Canceled", err)
 	}
 }
