@@ -362,9 +362,19 @@ func (e *encoder) computeShares() {
 
 // frames writes a frames list. h is the list's handle (nil: a list nobody else refers to).
 func (e *encoder) frames(h any, id snapshot.StackID) {
+	if j, ok := e.s.(*jsonWriter); ok && id >= 0 {
+		// JSON has no memo: the list is written out in full for every record.
+		j.repeat(int(id), func() { e.frameList(h, id) })
+		return
+	}
 	if e.s.Ref(h) {
 		return
 	}
+	e.frameList(h, id)
+}
+
+// frameList writes stack id's frames list (handle h).
+func (e *encoder) frameList(h any, id snapshot.StackID) {
 	var ids []snapshot.FrameID
 	if id > 0 {
 		ids = e.snap.Stacks[id]

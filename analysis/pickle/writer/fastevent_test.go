@@ -124,3 +124,50 @@ func TestEncodeGzipBehind(t *testing.T) {
 		t.Errorf("a cancelled encoding: %v, want context.Canceled", err)
 	}
 }
+
+// JSON copies a frames list it wrote before instead of writing it again: the output must not
+// change, with or without indentation (the list's indentation depends on its depth: a block's
+// list is deeper than an event's), and with a budget that keeps only some lists.
+func TestJSONRepeatsMatchWritingOut(t *testing.T) {
+	in := snapshot.NewInterner()
+	var stacks []snapshot.StackID
+	for i := range 50 {
+		f := in.Frame(snapshot.Frame{Filename: "mo\"del\\.py", Line: int64(i), Name: "forwärd\n"})
+		g := in.Frame(snapshot.Frame{Filename: "train.py", Line: 7, Name: "step"})
+		stacks = append(stacks, in.Stack([]snapshot.FrameID{f, g}))
+	}
+	var evs []snapshot.Event
+	var blocks []snapshot.Block
+	for i := range 2000 {
+		st := stacks[(i*7)%len(stacks)]
+		evs = append(evs, snapshot.Event{Action: snapshot.ActionAlloc, Addr: uint64(i) * 512, Size: 512, Stack: st})
+		if i < 200 {
+			blocks = append(blocks, snapshot.Block{Address: uint64(i) * 512, Size: 512, State: snapshot.StateActiveAllocated, Stack: st})
+		}
+	}
+	snap := &snapshot.Snapshot{Frames: in.Frames, Stacks: in.Stacks, DeviceTraces: [][]snapshot.Event{evs},
+		Segments: []snapshot.Segment{{Address: 0, TotalSize: 2000 * 512, SegmentType: "large", Stack: stacks[3], Blocks: blocks}}}
+	defer func(n int) { maxRepeatBytes = n }(maxRepeatBytes)
+	for _, indent := range []bool{false, true} {
+		opt := Options{JSON: true, JSONIndent: indent}
+		maxRepeatBytes = 0
+		want, err := Encode(snap, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, budget := range []int{64 << 20, 1000} {
+			maxRepeatBytes = budget
+			got, err := Encode(snap, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				i := 0
+				for i < len(got) && i < len(want) && got[i] == want[i] {
+					i++
+				}
+				t.Errorf("indent %v, budget %d: %d bytes differ from the %d written out from byte %d", indent, budget, len(got), len(want), i)
+			}
+		}
+	}
+}

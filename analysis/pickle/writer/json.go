@@ -1,7 +1,6 @@
 package writer
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -15,12 +14,30 @@ import (
 // jsonWriter writes what Python's json.dumps writes (ensure_ascii, separators ", " and ": ",
 // or indent=4 with "," and ": "), tuples as lists, every shared object expanded.
 type jsonWriter struct {
-	out    *bufio.Writer
+	w      io.Writer
+	buf    []byte // output not yet written to w
 	indent bool
 	stack  []jsonLevel
 	err    error
-	tmp    []byte
+	// repeats are the bytes of values that come out the same every time they are written
+	// (repeat); recording > 0 while one is recorded, from recordFrom (-1: from the end of
+	// the next separator, armed).
+	repeats     map[repeatKey][]byte
+	repeatBytes int
+	recording   int
+	recordFrom  int
 }
+
+// repeatKey names a repeated value: the caller's key and the nesting depth (indentation
+// depends on it).
+type repeatKey struct{ key, depth int }
+
+const jsonFlushAt = 1 << 20
+
+// maxRepeatBytes bounds the bytes kept for repeats (JSON expands a snapshot's shared frame
+// lists into every record: a few thousand distinct lists, each written millions of times, is
+// what they save). A variable for tests.
+var maxRepeatBytes = 64 << 20
 
 type jsonLevel struct {
 	dict  bool
@@ -29,7 +46,42 @@ type jsonLevel struct {
 }
 
 func newJSONWriter(w io.Writer, indent bool) *jsonWriter {
-	return &jsonWriter{out: bufio.NewWriterSize(w, 1<<20), indent: indent}
+	return &jsonWriter{w: w, buf: make([]byte, 0, jsonFlushAt+jsonFlushAt/4), indent: indent, repeats: map[repeatKey][]byte{}}
+}
+
+// flush writes the buffered output (not while a repeat records: its bytes must stay).
+func (j *jsonWriter) flush() {
+	if j.recording > 0 || len(j.buf) == 0 {
+		return
+	}
+	if j.err == nil {
+		if _, err := j.w.Write(j.buf); err != nil {
+			j.err = fmt.Errorf("json writer: write: %w", err)
+		}
+	}
+	j.buf = j.buf[:0]
+}
+
+// repeat writes the value that write writes, which is the same every time for key at this
+// depth (a frames list): recorded the first time, copied after that.
+func (j *jsonWriter) repeat(key int, write func()) {
+	k := repeatKey{key, len(j.stack)}
+	if b, ok := j.repeats[k]; ok && !j.isKey() {
+		j.before()
+		j.buf = append(j.buf, b...)
+		return
+	}
+	j.recording++
+	j.recordFrom = -1
+	write()
+	j.recording--
+	if from := j.recordFrom; from >= 0 && j.err == nil && j.repeatBytes+len(j.buf)-from <= maxRepeatBytes {
+		j.repeats[k] = append([]byte(nil), j.buf[from:]...)
+		j.repeatBytes += len(j.buf) - from
+	}
+	if len(j.buf) >= jsonFlushAt {
+		j.flush()
+	}
 }
 
 func (j *jsonWriter) Err() error { return j.err }
@@ -38,37 +90,42 @@ func (j *jsonWriter) finish() error {
 	if j.err == nil && len(j.stack) != 0 {
 		j.err = fmt.Errorf("json writer: %d containers still open", len(j.stack))
 	}
-	if j.err == nil {
-		if err := j.out.Flush(); err != nil {
-			j.err = fmt.Errorf("json writer: flush: %w", err)
-		}
-	}
+	j.flush()
 	return j.err
 }
 
 func (j *jsonWriter) newline() {
-	j.out.WriteByte('\n')
+	j.buf = append(j.buf, '\n')
 	for range len(j.stack) * 4 {
-		j.out.WriteByte(' ')
+		j.buf = append(j.buf, ' ')
 	}
 }
 
 // before writes the separator due before the next value (or key).
 func (j *jsonWriter) before() {
+	j.separate()
+	if j.recordFrom < 0 {
+		j.recordFrom = len(j.buf) // a repeat records from here
+	} else if len(j.buf) >= jsonFlushAt {
+		j.flush()
+	}
+}
+
+func (j *jsonWriter) separate() {
 	if len(j.stack) == 0 {
 		return
 	}
 	l := &j.stack[len(j.stack)-1]
 	if l.dict && l.inKey {
-		j.out.WriteString(": ")
+		j.buf = append(j.buf, ": "...)
 		l.inKey = false
 		return
 	}
 	if l.items > 0 {
 		if j.indent {
-			j.out.WriteByte(',')
+			j.buf = append(j.buf, ',')
 		} else {
-			j.out.WriteString(", ")
+			j.buf = append(j.buf, ", "...)
 		}
 	}
 	if j.indent {
@@ -96,7 +153,7 @@ func (j *jsonWriter) scalar(s string) {
 		return
 	}
 	j.before()
-	j.out.WriteString(s)
+	j.buf = append(j.buf, s...)
 }
 
 func (j *jsonWriter) None() { j.scalar("null") }
@@ -149,9 +206,15 @@ func (j *jsonWriter) Raw(...byte) {
 }
 
 func (j *jsonWriter) str(s string) {
-	b := j.tmp[:0]
-	b = append(b, '"')
-	for i := 0; i < len(s); {
+	b := append(j.buf, '"')
+	// Plain ASCII, the usual string, is copied as it is; escaping starts at the first byte
+	// that needs it.
+	i := 0
+	for i < len(s) && s[i] >= 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\' {
+		i++
+	}
+	b = append(b, s[:i]...)
+	for i < len(s) {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		i += n
 		switch {
@@ -178,9 +241,7 @@ func (j *jsonWriter) str(s string) {
 			b = append(b, byte(r))
 		}
 	}
-	b = append(b, '"')
-	j.tmp = b
-	j.out.Write(b)
+	j.buf = append(b, '"')
 }
 
 func (j *jsonWriter) open(dict bool, c byte) {
@@ -189,7 +250,7 @@ func (j *jsonWriter) open(dict bool, c byte) {
 		return
 	}
 	j.before()
-	j.out.WriteByte(c)
+	j.buf = append(j.buf, c)
 	j.stack = append(j.stack, jsonLevel{dict: dict})
 }
 
@@ -205,7 +266,7 @@ func (j *jsonWriter) close(dict bool, c byte) {
 	if j.indent && l.items > 0 {
 		j.newline()
 	}
-	j.out.WriteByte(c)
+	j.buf = append(j.buf, c)
 }
 
 func (j *jsonWriter) StartDict(_ any, _ int)  { j.open(true, '{') }
