@@ -68,9 +68,15 @@ type deviceLevels struct {
 }
 
 func levels(ctx context.Context, snap *snapshot.Snapshot, dev int, att AttributionOptions) (deviceLevels, error) {
-	rp, err := ReplayDevice(ctx, snap, ReplayOptions{Device: dev, Limit: 1, Attribution: att})
+	// One role table for the replay and the final state's top site; and of the replay, only
+	// the walk and the sites at the peak (what diff reads too): the gate needs no more.
+	roles, err := NewRoles(snap, att)
 	if err != nil {
 		return deviceLevels{}, err
+	}
+	rp, err := replayPeak(ctx, snap, roles, dev, 1)
+	if err != nil {
+		return deviceLevels{}, fmt.Errorf("replay: %w", err)
 	}
 	l := deviceLevels{hasTrace: rp.HasTrace, finalAlloc: rp.FinalAllocatedBytes, finalRes: rp.FinalReservedBytes,
 		peakAlloc: rp.PeakAllocatedBytes, peakRes: rp.PeakReservedBytes, peakEvent: rp.PeakAllocatedEvent}
@@ -80,7 +86,7 @@ func levels(ctx context.Context, snap *snapshot.Snapshot, dev int, att Attributi
 	if len(rp.PeakSites) > 0 {
 		l.peakTop, l.peakTopFound = rp.PeakSites[0], true
 	}
-	ts, err := TopStacks(snap, TopStacksOptions{Device: dev, Limit: 1, Attribution: att})
+	ts, err := topStacks(snap, roles, TopStacksOptions{Device: dev, Limit: 1, Attribution: att})
 	if err != nil {
 		return deviceLevels{}, err
 	}

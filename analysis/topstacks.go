@@ -91,7 +91,6 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 	if opt.State == "" {
 		opt.State = "allocated"
 	}
-	byLabel := opt.GroupBy == "annotation" || opt.GroupBy == "compile_context"
 	switch opt.GroupBy {
 	case "site", "stack", "file", "function", "annotation", "compile_context":
 	default:
@@ -102,13 +101,26 @@ func TopStacks(snap *snapshot.Snapshot, opt TopStacksOptions) (*TopStacksResult,
 	default:
 		return nil, fmt.Errorf("top-stacks: --state must be allocated, pending, inactive or all, not %q", opt.State)
 	}
-	if opt.Limit <= 0 {
-		opt.Limit = 20
-	}
 	roles, err := NewRoles(snap, opt.Attribution)
 	if err != nil {
 		return nil, fmt.Errorf("top-stacks: %w", err)
 	}
+	return topStacks(snap, roles, opt)
+}
+
+// topStacks is TopStacks with the role table of snap made for opt.Attribution (opt's other
+// fields checked, or defaults).
+func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*TopStacksResult, error) {
+	if opt.GroupBy == "" {
+		opt.GroupBy = "site"
+	}
+	if opt.State == "" {
+		opt.State = "allocated"
+	}
+	if opt.Limit <= 0 {
+		opt.Limit = 20
+	}
+	byLabel := opt.GroupBy == "annotation" || opt.GroupBy == "compile_context"
 	r := &TopStacksResult{Path: snap.Path, GroupBy: opt.GroupBy, State: opt.State, Device: opt.Device, Sites: []TopSite{}, Notes: []string{}}
 	type agg struct {
 		ts       TopSite

@@ -5,7 +5,8 @@
 //
 //	go run ./bench/prof -cmd replay -n 3 -cpuprofile /tmp/cpu.prof /tmp/big.pickle
 //
-// -cmd is summarize, top-stacks, oom, fragmentation, replay, diff (the file against itself) or
+// -cmd is summarize, top-stacks, oom, fragmentation, replay, check (a peak budget), convert
+// (a pickle, written nowhere), whatif (expandable segments), diff (the file against itself) or
 // none (the load alone). With MEMSTATS=1 in the environment it prints the heap after each load.
 package main
 
@@ -13,6 +14,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -24,13 +26,14 @@ import (
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/pickle/writer"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 func main() {
 	cpu := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	mem := flag.String("memprofile", "", "write an allocation profile to this file")
-	cmd := flag.String("cmd", "summarize", "the analysis: summarize, top-stacks, oom, fragmentation, replay, diff or none")
+	cmd := flag.String("cmd", "summarize", "the analysis: summarize, top-stacks, oom, fragmentation, replay, check, convert, whatif, diff or none")
 	n := flag.Int("n", 1, "repetitions (the fastest is printed)")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -86,6 +89,12 @@ func run(cmd string, n int, cpu, mem, path string) error {
 			_, err = analysis.Fragmentation(snap, analysis.FragOptions{Device: analysis.AllDevices})
 		case "replay":
 			_, err = analysis.ReplaySnapshot(ctx, snap, nil, analysis.ReplayOptions{Limit: 10})
+		case "check":
+			_, err = analysis.Check(ctx, snap, analysis.CheckOptions{MaxPeakBytes: 1 << 40, MaxGrowthPercent: -1, Device: analysis.AllDevices})
+		case "convert":
+			err = writer.EncodeTo(ctx, io.Discard, snap, writer.Options{})
+		case "whatif":
+			_, err = analysis.WhatIf(ctx, snap, nil, analysis.WhatIfOptions{Settings: []analysis.WhatIfSetting{{Key: "expandable_segments", Value: "True"}}})
 		case "diff":
 			var other *snapshot.Snapshot
 			if other, err = load.File(ctx, path, load.Options{}); err == nil {
