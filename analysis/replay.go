@@ -586,6 +586,17 @@ func (sd *engineSeed) allocatedBefore(ctx context.Context, end *engine, p int) (
 	return e, nil
 }
 
+// liveAt is the live block at the address of block event i (nil: none).
+func (e *engine) liveAt(i int) *liveBlk {
+	if e.blks == nil {
+		return e.live[e.evs[i].Addr]
+	}
+	if id := e.x.Slot[i]; e.inUse[id] {
+		return &e.blks[id]
+	}
+	return nil
+}
+
 // step applies event e.next.
 func (e *engine) step() {
 	i := e.next

@@ -237,12 +237,16 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 	if !roles.device(dev).hasTrace {
 		return nil, &NoTraceError{Path: snap.Path, Device: dev}
 	}
-	e := newEngine(snap, dev)
+	// The walk runs on a dense engine (blocks in slots by the trace index's block id: no map
+	// lookup per event); init, from which zooms rebuild the live blocks by address, is a map
+	// engine at the same start.
+	seed := newEngineSeed(snap, dev)
+	e := seed.engine(true)
 	n := len(e.evs)
 	x := &TimelineIndex{snap: snap, roles: roles, dev: dev, evs: e.evs,
 		alloc: make([]int64, n), res: make([]int64, n), site: make([]int32, n), extra: map[int][2]siteDelta{},
 		startAlloc: e.allocated, startRes: e.reserved, requested: e.requested, preBlocks: e.preBlocks, preBytes: e.preBytes}
-	x.init = cloneEngine(e)
+	x.init = seed.engine(false)
 	siteIDs := map[string]int32{}
 	stackSite := make([]int32, len(snap.Stacks)+1)
 	for i := range stackSite {
@@ -275,7 +279,7 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		}
 		return idOf(roles.a.SiteOf(snap, b.stack))
 	}
-	for _, b := range e.live {
+	for _, b := range x.init.live {
 		if !b.pending {
 			s := siteOf(b)
 			for int(s) >= len(x.startSite) {
@@ -311,7 +315,7 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		var old *liveBlk
 		switch ev.Action {
 		case snapshot.ActionAlloc:
-			if b := e.live[ev.Addr]; b != nil && !b.pending {
+			if b := e.liveAt(i); b != nil && !b.pending {
 				old = b
 				x.extra[i] = [2]siteDelta{{siteOf(b), -b.size}, {}}
 				freed(i, b)
@@ -321,7 +325,7 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		}
 		e.step()
 		if ev.Action == snapshot.ActionAlloc {
-			s := siteOf(e.live[ev.Addr])
+			s := siteOf(e.liveAt(i))
 			if old != nil {
 				d := x.extra[i]
 				d[1] = siteDelta{s, ev.Size}
