@@ -1086,19 +1086,10 @@ func replayWalk(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, dev 
 	rw := &replayed{}
 	var err error
 	alongside(func() {
-		d := roles.deviceLifetimes(dev)
-		if !warm {
-			return
-		}
-		// What the roles of live blocks read after the walk (Roles.Live, for the blocks at the
-		// peak and at the end), worked out here rather than after the walk, while this core
-		// has nothing else to do: the backward passes, and each stack's role refined by the
-		// trace (a stack's blocks at the end nearly all have allocations in it).
-		d.backwardRuns()
-		for k, n := range d.allocsByStack {
-			if n > 0 {
-				roles.Stack(dev, snapshot.StackID(k-1))
-			}
+		if warm {
+			roles.warmLive(dev)
+		} else {
+			roles.deviceLifetimes(dev)
 		}
 	}, func() {
 		rw.seed = newEngineSeed(snap, dev)
@@ -1114,6 +1105,20 @@ func replayWalk(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, dev 
 	}
 	rw.r.HasTrace = roles.device(dev).hasTrace
 	return rw, nil
+}
+
+// warmLive works out device dev's lifetimes and what the roles of live blocks read after a
+// walk (Roles.Live, for the blocks at the peak and at the end), for a caller to run beside
+// its walk while that core has nothing else to do: the backward passes, and each stack's role
+// refined by the trace (a stack's blocks at the end nearly all have allocations in it).
+func (r *Roles) warmLive(dev int) {
+	d := r.deviceLifetimes(dev)
+	d.backwardRuns()
+	for k, n := range d.allocsByStack {
+		if n > 0 {
+			r.Stack(dev, snapshot.StackID(k-1))
+		}
+	}
 }
 
 // newReplayResult is the result before the walk: the file's final state and the engine's

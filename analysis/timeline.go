@@ -303,15 +303,39 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 			freed(i, b)
 		}
 	}
+	// The walk reads only the attributor of the roles (read-only): the roles' lifetimes and
+	// what the sites at the peak read later are worked out on the other core meanwhile, as
+	// the replay does. A panic on either goroutine reaches the caller.
+	alongside(func() { roles.warmLive(dev) }, func() { err = x.walk(ctx, e, &cur, siteOf, freed) })
+	if err != nil {
+		return nil, err
+	}
+	x.consistent = e.consistent()
+	for len(x.startSite) < len(x.sites) {
+		x.startSite = append(x.startSite, 0)
+	}
+	x.buildBlocks()
+	x.timeOK = n > 0
 	for i := range n {
+		if x.evs[i].TimeUS <= 0 || (i > 0 && x.evs[i].TimeUS < x.evs[i-1].TimeUS) {
+			x.timeOK = false
+			break
+		}
+	}
+	return x, nil
+}
+
+// walk applies every event to e and records the levels and sites of each.
+func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf func(*liveBlk) int32, freed func(int, *liveBlk)) error {
+	for i := range len(e.evs) {
 		if i&0xffff == 0 {
 			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("timeline: %w", err)
+				return fmt.Errorf("timeline: %w", err)
 			}
 		}
 		ev := &e.evs[i]
 		x.site[i], x.freedAt[i] = -1, -1
-		cur = i
+		*cur = i
 		var old *liveBlk
 		switch ev.Action {
 		case snapshot.ActionAlloc:
@@ -337,19 +361,7 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		}
 		x.alloc[i], x.res[i] = e.allocated, e.reserved
 	}
-	x.consistent = e.consistent()
-	for len(x.startSite) < len(x.sites) {
-		x.startSite = append(x.startSite, 0)
-	}
-	x.buildBlocks()
-	x.timeOK = n > 0
-	for i := range n {
-		if x.evs[i].TimeUS <= 0 || (i > 0 && x.evs[i].TimeUS < x.evs[i-1].TimeUS) {
-			x.timeOK = false
-			break
-		}
-	}
-	return x, nil
+	return nil
 }
 
 // Events is the number of trace events indexed.
@@ -469,11 +481,12 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 		ev     string
 		top    int64
 		stack  snapshot.StackID
+		rows   []int // the site's rows, in order
 	}
 	byKey := map[string]*siteAgg{}
 	var order []*siteAgg
 	var total int64
-	for _, r := range rows {
+	for i, r := range rows {
 		k := r.SiteIdentity.key()
 		g := byKey[k]
 		if g == nil {
@@ -481,6 +494,7 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 			byKey[k] = g
 			order = append(order, g)
 		}
+		g.rows = append(g.rows, i)
 		g.bytes += r.Bytes
 		g.blocks += r.Blocks
 		g.roles = append(g.roles, RoleBytes{Category: r.Category, Bytes: r.Bytes, Blocks: r.Blocks})
@@ -489,9 +503,9 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 	for _, g := range order {
 		slices.SortStableFunc(g.roles, func(a, b RoleBytes) int { return largestFirst(a.Bytes, b.Bytes, a.Category, b.Category) })
 		g.cat = g.roles[0].Category
-		for _, r := range rows {
-			if r.SiteIdentity.key() == g.id.key() && r.Category == g.cat {
-				g.ev = r.Evidence
+		for _, i := range g.rows {
+			if rows[i].Category == g.cat {
+				g.ev = rows[i].Evidence
 				break
 			}
 		}
@@ -513,23 +527,33 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 	for i, g := range named {
 		keyOf[g.id.key()] = i
 	}
-	for addr, b := range pe.live {
+	// The named site of each stack (-1: none), looked up once per stack, not per block.
+	namedOf := map[snapshot.StackID]int{}
+	preTrace, ok := keyOf[SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone}.key()]
+	if !ok {
+		preTrace = -1
+	}
+	for _, b := range pe.live {
 		if b.pending {
 			continue
 		}
-		var id SiteIdentity
-		if b.allocIdx < 0 && b.stack == snapshot.NoStack {
-			id = SiteIdentity{Site: SitePreTrace, Kind: SiteKindNone}
-		} else {
-			id = x.roles.a.SiteOf(x.snap, b.stack)
+		i := preTrace
+		if b.allocIdx >= 0 || b.stack != snapshot.NoStack {
+			var seen bool
+			if i, seen = namedOf[b.stack]; !seen {
+				i = -1
+				if k, ok := keyOf[x.roles.a.SiteOf(x.snap, b.stack).key()]; ok {
+					i = k
+				}
+				namedOf[b.stack] = i
+			}
 		}
-		if i, ok := keyOf[id.key()]; ok {
+		if i >= 0 {
 			g := named[i]
 			if b.size > g.top || (b.size == g.top && b.stack < g.stack) {
 				g.top, g.stack = b.size, b.stack
 			}
 		}
-		_ = addr
 	}
 	slices.SortStableFunc(named, func(a, b *siteAgg) int {
 		if c := cmp.Compare(roleRank[a.cat], roleRank[b.cat]); c != 0 {
