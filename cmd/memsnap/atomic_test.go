@@ -52,3 +52,27 @@ func TestWriteAtomic(t *testing.T) {
 		t.Errorf("unwritable path: %v", err)
 	}
 }
+
+// A failed write of the file reaches the encoder (its next writes fail) and close still
+// returns: the chunks go out on another goroutine.
+func TestWriteBehindFailure(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close() // every write now fails
+	fw := &fileWriter{f: f}
+	w := newWriteBehind(fw)
+	chunk := make([]byte, 1<<16)
+	var werr error
+	for i := 0; i < 200 && werr == nil; i++ { // 12.5 MiB: the error must surface well before
+		_, werr = w.Write(chunk)
+	}
+	w.close()
+	if werr == nil || fw.err == nil || !errors.Is(werr, os.ErrClosed) {
+		t.Errorf("writes after a failure: %v (file: %v), want the file's error", werr, fw.err)
+	}
+	if fw.n != 0 {
+		t.Errorf("%d bytes counted as written", fw.n)
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
@@ -209,11 +209,9 @@ func writeAtomic(path string, overwrite bool, fill func(io.Writer) error) (int64
 	tmp := f.Name()
 	defer os.Remove(tmp)
 	fw := &fileWriter{f: f}
-	bw := bufio.NewWriterSize(fw, 1<<20)
-	err = fill(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
+	aw := newWriteBehind(fw)
+	err = fill(aw)
+	aw.close()
 	if cerr := f.Close(); fw.err == nil && cerr != nil {
 		fw.err = cerr
 	}
@@ -237,11 +235,82 @@ func writeAtomic(path string, overwrite bool, fill func(io.Writer) error) (int64
 	return fw.n, nil
 }
 
+// writeBehind hands what is written to it to w on a goroutine of its own, in chunks, so that
+// writing the file (the kernel's copy into the page cache: a third of a second for 100 MB
+// here) runs beside the encoder instead of after each of its chunks.
+type writeBehind struct {
+	w    *fileWriter
+	cur  []byte
+	full chan []byte
+	free chan []byte
+	done chan struct{}
+	err  error // w's first error, once done is closed
+}
+
+const writeBehindChunk = 1 << 20
+
+func newWriteBehind(w *fileWriter) *writeBehind {
+	b := &writeBehind{w: w, full: make(chan []byte, 2), free: make(chan []byte, 3), done: make(chan struct{})}
+	for range 2 {
+		b.free <- make([]byte, 0, writeBehindChunk)
+	}
+	b.cur = make([]byte, 0, writeBehindChunk)
+	go func() {
+		defer close(b.done)
+		for c := range b.full {
+			if b.w.err == nil {
+				b.w.Write(c) // keeps its error in w.err
+			}
+			b.free <- c[:0]
+		}
+	}()
+	return b
+}
+
+// Write fails once the file did (the chunks before were written in order).
+func (b *writeBehind) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := copy(b.cur[len(b.cur):cap(b.cur)], p)
+		b.cur, p = b.cur[:len(b.cur)+k], p[k:]
+		if len(b.cur) == cap(b.cur) {
+			b.full <- b.cur
+			b.cur = <-b.free
+		}
+	}
+	select {
+	case <-b.done:
+	default:
+		if err := b.w.errNow(); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// close writes what is left and waits until everything is written.
+func (b *writeBehind) close() {
+	if len(b.cur) > 0 {
+		b.full <- b.cur
+	}
+	close(b.full)
+	<-b.done
+}
+
 // fileWriter counts the bytes written to f and keeps the first error.
 type fileWriter struct {
 	f   *os.File
 	n   int64
 	err error
+	// failed is set with err, for the encoder's goroutine to read while this one writes.
+	failed atomic.Pointer[error]
+}
+
+func (w *fileWriter) errNow() error {
+	if p := w.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (w *fileWriter) Write(p []byte) (int, error) {
@@ -250,6 +319,9 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	}
 	n, err := w.f.Write(p)
 	w.n += int64(n)
-	w.err = err
+	if err != nil {
+		w.err = err
+		w.failed.Store(&err)
+	}
 	return n, err
 }
