@@ -9,7 +9,9 @@
 #   memsnap summarize FILE --json >/dev/null
 #   python3 -c 'import gc,pickle,sys; gc.disable(); pickle.load(open(sys.argv[1],"rb"))' FILE
 #   (settle)
-#   memsnap top-stacks | oom | fragmentation | replay FILE --json, memsnap diff FILE FILE --json
+#   memsnap top-stacks | oom | fragmentation | replay FILE --json, memsnap diff FILE FILE --json,
+#   memsnap check FILE --max-peak 1TiB --json, whatif FILE --set expandable_segments=True --json,
+#   plot FILE -o X.png, trim FILE --last-events 100000 -o X.pickle, convert FILE -o X.pickle
 # under /usr/bin/time -v, each with the file in the page cache, and times a cold and a warm MCP
 # summarize call (bench/mcpbench).
 # It prints, per file, the median wall time and peak RSS of each, the ratios python/memsnap
@@ -20,7 +22,8 @@
 # Environment: RUNS (default 5), SIZES (default "300 1000": which files, in MB, of 300 and
 # 1000), FILE (measure this snapshot only, instead of generating), MEMSNAP (use this binary
 # instead of building ./cmd/memsnap), PYTHON (default python3), COMMANDS (default "top-stacks
-# oom fragmentation replay diff"; empty for summarize and Python only), MCP (default 1; 0 skips
+# oom fragmentation replay diff check whatif plot trim convert"; empty for summarize and
+# Python only), MCP (default 1; 0 skips
 # the MCP calls), BASELINE (another memsnap binary, e.g. one built from an earlier commit: each
 # memsnap command is also run with it, right after, in every round, and each file's table gets
 # the median of the per-round ratios new / baseline: on a host that speeds and slows by half
@@ -31,7 +34,7 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 PYTHON=${PYTHON:-python3}
 SIZES=${SIZES:-300 1000}
-COMMANDS=${COMMANDS-top-stacks oom fragmentation replay diff}
+COMMANDS=${COMMANDS-top-stacks oom fragmentation replay diff check whatif plot trim convert}
 MCP=${MCP:-1}
 
 if [[ ! -x /usr/bin/time ]]; then
@@ -152,8 +155,14 @@ for f in "${files[@]}"; do
 				[[ $bin == "$MEMSNAP" ]] || out=$d/$c.base
 				case $c in
 				diff) measure "$out" "$bin" diff "$f" "$f" --json ;;
+				check) measure "$out" "$bin" check "$f" --max-peak 1TiB --json ;;
+				whatif) measure "$out" "$bin" whatif "$f" --set expandable_segments=True --json ;;
+				plot) measure "$out" "$bin" plot "$f" -o "$work/out.png" ;;
+				trim) measure "$out" "$bin" trim "$f" --last-events 100000 -o "$work/out.pickle" --force ;;
+				convert) measure "$out" "$bin" convert "$f" -o "$work/out.pickle" --force ;;
 				*) measure "$out" "$bin" "$c" "$f" --json ;;
 				esac
+				rm -f "$work/out.png" "$work/out.pickle"
 			done
 		done
 		if [[ "$MCP" != 0 ]]; then
@@ -175,7 +184,14 @@ for f in "${files[@]}"; do
 			w=$(median 1 "$d/$c")
 			r=$(median 2 "$d/$c")
 			label="memsnap $c"
-			[[ $c == diff ]] && label="memsnap diff (the file twice)"
+			case $c in
+			diff) label="memsnap diff (the file twice)" ;;
+			check) label="memsnap check --max-peak" ;;
+			whatif) label="memsnap whatif (expandable)" ;;
+			plot) label="memsnap plot (timeline PNG)" ;;
+			trim) label="memsnap trim (100k events)" ;;
+			convert) label="memsnap convert (pickle)" ;;
+			esac
 			vs=""
 			[[ -z "${BASELINE:-}" ]] || vs=$(paired "$d/$c" "$d/$c.base")
 			ps=$(paired "$d/$c" "$d/summarize")

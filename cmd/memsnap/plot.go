@@ -244,7 +244,6 @@ type writeBehind struct {
 	full chan []byte
 	free chan []byte
 	done chan struct{}
-	err  error // w's first error, once done is closed
 }
 
 const writeBehindChunk = 1 << 20
@@ -278,12 +277,8 @@ func (b *writeBehind) Write(p []byte) (int, error) {
 			b.cur = <-b.free
 		}
 	}
-	select {
-	case <-b.done:
-	default:
-		if err := b.w.errNow(); err != nil {
-			return 0, err
-		}
+	if err := b.w.errNow(); err != nil {
+		return 0, err
 	}
 	return n, nil
 }
