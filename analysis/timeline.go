@@ -333,6 +333,9 @@ func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf fu
 				return fmt.Errorf("timeline: %w", err)
 			}
 		}
+		if i%touchAhead == 0 { // the coming events' block records, read together (as replay's walk)
+			e.touch(i, min(i+touchAhead, len(e.evs)))
+		}
 		ev := &e.evs[i]
 		x.site[i], x.freedAt[i] = -1, -1
 		*cur = i
