@@ -76,7 +76,7 @@ func levels(ctx context.Context, snap *snapshot.Snapshot, dev int, att Attributi
 	}
 	rp, err := replayPeak(ctx, snap, roles, dev, 1)
 	if err != nil {
-		return deviceLevels{}, fmt.Errorf("replay: %w", err)
+		return deviceLevels{}, err
 	}
 	l := deviceLevels{hasTrace: rp.HasTrace, finalAlloc: rp.FinalAllocatedBytes, finalRes: rp.FinalReservedBytes,
 		peakAlloc: rp.PeakAllocatedBytes, peakRes: rp.PeakReservedBytes, peakEvent: rp.PeakAllocatedEvent}
