@@ -198,29 +198,10 @@ type TimelineIndex struct {
 	preBlocks                  int
 	preBytes                   int64
 	consistent                 bool
-	// init is the engine before the first event; freedAt[i] is the event after which the
-	// allocation made by event i stops counting as allocated (-1: never), preFreedAt the same
-	// for blocks alive before the trace, by address. With them the live blocks after any
-	// event are found by one scan, without replaying.
-	init       *engine
-	freedAt    []int32
-	preFreedAt map[uint64]int
-}
-
-// cloneEngine copies an engine that has not been stepped or has: its live blocks and segments
-// are copied, the read-only tables shared, the callbacks dropped.
-func cloneEngine(e *engine) *engine {
-	c := *e
-	c.live = make(map[uint64]*liveBlk, len(e.live))
-	c.chunk, c.freeBlks, c.onFree, c.onFreeDone = nil, nil, nil, nil
-	for addr, b := range e.live {
-		c.live[addr] = c.newBlk(*b)
-	}
-	c.segs = make(map[uint64]segRec, len(e.segs))
-	for addr, s := range e.segs {
-		c.segs[addr] = s
-	}
-	return &c
+	// seed and end (the dense engine after the walk) give the allocated blocks after an event
+	// late in the trace by going back from the end (engineSeed.allocatedBefore).
+	seed *engineSeed
+	end  *engine
 }
 
 // NewTimelineIndex replays device opt.Device of snap once (the replay engine) and indexes it.
@@ -246,7 +227,6 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 	x := &TimelineIndex{snap: snap, roles: roles, dev: dev, evs: e.evs,
 		alloc: make([]int64, n), res: make([]int64, n), site: make([]int32, n), extra: map[int][2]siteDelta{},
 		startAlloc: e.allocated, startRes: e.reserved, requested: e.requested, preBlocks: e.preBlocks, preBytes: e.preBytes}
-	x.init = seed.engine(false)
 	siteIDs := map[string]int32{}
 	stackSite := make([]int32, len(snap.Stacks)+1)
 	for i := range stackSite {
@@ -279,7 +259,7 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		}
 		return idOf(roles.a.SiteOf(snap, b.stack))
 	}
-	for _, b := range x.init.live {
+	e.eachLive(func(_ uint64, b *liveBlk) {
 		if !b.pending {
 			s := siteOf(b)
 			for int(s) >= len(x.startSite) {
@@ -287,29 +267,22 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 			}
 			x.startSite[s] += b.size
 		}
-	}
-	x.freedAt, x.preFreedAt = make([]int32, n), map[uint64]int{}
-	freed := func(i int, b *liveBlk) {
-		if b.allocIdx >= 0 {
-			x.freedAt[b.allocIdx] = int32(i)
-		} else if _, ok := x.preFreedAt[e.evs[i].Addr]; !ok {
-			x.preFreedAt[e.evs[i].Addr] = i
-		}
-	}
+	})
 	cur := -1
 	e.onFree = func(i int, b *liveBlk) {
 		if i == cur {
 			x.site[i] = siteOf(b)
-			freed(i, b)
 		}
 	}
 	// The walk reads only the attributor of the roles (read-only): the roles' lifetimes and
 	// what the sites at the peak read later are worked out on the other core meanwhile, as
 	// the replay does. A panic on either goroutine reaches the caller.
-	alongside(func() { roles.warmLive(dev) }, func() { err = x.walk(ctx, e, &cur, siteOf, freed) })
+	alongside(func() { roles.warmLive(dev) }, func() { err = x.walk(ctx, e, &cur, siteOf) })
 	if err != nil {
 		return nil, err
 	}
+	e.onFree = nil
+	x.seed, x.end = seed, e
 	x.consistent = e.consistent()
 	for len(x.startSite) < len(x.sites) {
 		x.startSite = append(x.startSite, 0)
@@ -326,7 +299,7 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 }
 
 // walk applies every event to e and records the levels and sites of each.
-func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf func(*liveBlk) int32, freed func(int, *liveBlk)) error {
+func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf func(*liveBlk) int32) error {
 	for i := range len(e.evs) {
 		if i&0xffff == 0 {
 			if err := ctx.Err(); err != nil {
@@ -337,7 +310,7 @@ func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf fu
 			e.touch(i, min(i+touchAhead, len(e.evs)))
 		}
 		ev := &e.evs[i]
-		x.site[i], x.freedAt[i] = -1, -1
+		x.site[i] = -1
 		*cur = i
 		var old *liveBlk
 		switch ev.Action {
@@ -345,7 +318,6 @@ func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf fu
 			if b := e.liveAt(i); b != nil && !b.pending {
 				old = b
 				x.extra[i] = [2]siteDelta{{siteOf(b), -b.size}, {}}
-				freed(i, b)
 			}
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree, snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
 			x.hasSegEvents = true
@@ -473,7 +445,10 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 	}
 	peak := x.stats(start, end-1).argA
 	// The sites live at the peak, with their roles (the replay's own grouping).
-	pe := x.liveAfter(peak)
+	pe, err := x.seed.allocatedBefore(ctx, x.end, peak)
+	if err != nil {
+		return nil, err
+	}
 	rows, _ := pe.liveSites(x.roles, x.dev, 0)
 	type siteAgg struct {
 		id     SiteIdentity
@@ -536,9 +511,9 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 	if !ok {
 		preTrace = -1
 	}
-	for _, b := range pe.live {
+	pe.eachLive(func(_ uint64, b *liveBlk) {
 		if b.pending {
-			continue
+			return
 		}
 		i := preTrace
 		if b.allocIdx >= 0 || b.stack != snapshot.NoStack {
@@ -557,7 +532,7 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 				g.top, g.stack = b.size, b.stack
 			}
 		}
-	}
+	})
 	slices.SortStableFunc(named, func(a, b *siteAgg) int {
 		if c := cmp.Compare(roleRank[a.cat], roleRank[b.cat]); c != 0 {
 			return c
@@ -637,24 +612,6 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 		tb.Bands[i].MaxBytes = maxes[i]
 	}
 	return tb, nil
-}
-
-// liveAfter is an engine holding the blocks allocated (not pending) after event p, found from
-// freedAt without replaying.
-func (x *TimelineIndex) liveAfter(p int) *engine {
-	e := cloneEngine(x.init)
-	for addr, b := range e.live {
-		if at, ok := x.preFreedAt[addr]; b.pending || (ok && at <= p) {
-			delete(e.live, addr)
-		}
-	}
-	for i := 0; i <= p && i < len(x.evs); i++ {
-		if ev := &x.evs[i]; ev.Action == snapshot.ActionAlloc && (x.freedAt[i] < 0 || int(x.freedAt[i]) > p) {
-			e.live[ev.Addr] = e.newBlk(liveBlk{size: ev.Size, stack: ev.Stack, stream: ev.Stream, allocIdx: int32(i), freeReqIdx: -1})
-		}
-	}
-	e.next = p + 1
-	return e
 }
 
 // siteID finds the id of a site (false: no event or block of the trace has it).
