@@ -219,8 +219,7 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		return nil, &NoTraceError{Path: snap.Path, Device: dev}
 	}
 	// The walk runs on a dense engine (blocks in slots by the trace index's block id: no map
-	// lookup per event); init, from which zooms rebuild the live blocks by address, is a map
-	// engine at the same start.
+	// lookup per event), kept afterwards: the live blocks at a band's peak are found from it.
 	seed := newEngineSeed(snap, dev)
 	e := seed.engine(true)
 	n := len(e.evs)
