@@ -426,9 +426,8 @@ func (w *Writer) Uint(v uint64) {
 		return
 	}
 	w.beginSave()
-	var le [9]byte
-	binary.LittleEndian.PutUint64(le[:8], v)
-	w.long(le[:])
+	var b [11]byte
+	w.write(appendUint(b[:0], v)...)
 }
 
 // BigInt writes an arbitrary integer (LONG1, or LONG4 beyond 255 bytes).
