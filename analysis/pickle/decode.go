@@ -350,7 +350,7 @@ func decodeOnce(ctx context.Context, r io.Reader, data []byte, opt Options) (*Re
 		d.buf = make([]byte, bufSize)
 	} else {
 		d.buf, d.end, d.srcDone, d.inPlace = data, len(data), true, true
-		if len(data) >= minScanInput && !opt.noFastEvents && runtime.GOMAXPROCS(0) > 1 {
+		if len(data) >= minScanInput && !opt.noFastEvents && (runtime.GOMAXPROCS(0) > 1 || waitForScanner) {
 			if d.scan = startRunScanner(data, d.runs.keys.seed); d.scan != nil {
 				defer d.scan.close()
 			}

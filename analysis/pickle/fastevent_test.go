@@ -109,6 +109,8 @@ func TestRunScannerKeys(t *testing.T) {
 // decodes must give the same values and interned stacks.
 func sameWithScanner(t *testing.T, data []byte) {
 	t.Helper()
+	defer func(w bool) { waitForScanner = w }(waitForScanner)
+	waitForScanner = true
 	stream, err := Decode(context.Background(), bytes.NewReader(data), Options{Index: true})
 	if err != nil {
 		t.Fatal(err)

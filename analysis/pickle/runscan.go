@@ -56,13 +56,22 @@ var scanSlots = make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 1))
 // minScanInput: smaller inputs are not worth a goroutine (a variable for tests).
 var minScanInput = 8 << 20
 
+// waitForScanner is for tests, which must see the scanner's keys taken whatever the cores and
+// the scheduling: the scanner starts even on one core and waits for its slot, and the decoder
+// waits for its chunks instead of hashing when the scanner is behind.
+var waitForScanner = false
+
 // startRunScanner starts a scanner over input, or returns nil when as many are already at
 // work as there are spare cores.
 func startRunScanner(input []byte, seed maphash.Seed) *runScanner {
-	select {
-	case scanSlots <- struct{}{}:
-	default:
-		return nil
+	if waitForScanner {
+		scanSlots <- struct{}{}
+	} else {
+		select {
+		case scanSlots <- struct{}{}:
+		default:
+			return nil
+		}
 	}
 	s := &runScanner{input: input, keys: runKeyer{seed: seed}, chunks: make(chan *scanChunk, scanAhead),
 		free: make(chan *scanChunk, scanAhead+2), stop: make(chan struct{})}
@@ -123,21 +132,27 @@ func (s *runScanner) scan() {
 // decoder asks for increasing positions.
 func (s *runScanner) key(at int) (uint64, int, bool) {
 	for s.cur == nil || at >= s.cur.end {
-		select {
-		case ch, ok := <-s.chunks:
-			if !ok {
-				return 0, 0, false
+		var ch *scanChunk
+		ok := true
+		if waitForScanner {
+			ch, ok = <-s.chunks
+		} else {
+			select {
+			case ch, ok = <-s.chunks:
+			default:
+				return 0, 0, false // the scanner is behind: the decoder hashes
 			}
-			if s.cur != nil {
-				select {
-				case s.free <- s.cur:
-				default:
-				}
-			}
-			s.cur, s.i = ch, 0
-		default:
-			return 0, 0, false // the scanner is behind: the decoder hashes
 		}
+		if !ok {
+			return 0, 0, false
+		}
+		if s.cur != nil {
+			select {
+			case s.free <- s.cur:
+			default:
+			}
+		}
+		s.cur, s.i = ch, 0
 	}
 	if at < s.cur.start {
 		return 0, 0, false
