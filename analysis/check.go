@@ -74,10 +74,23 @@ func levels(ctx context.Context, snap *snapshot.Snapshot, dev int, att Attributi
 	if err != nil {
 		return deviceLevels{}, err
 	}
-	rp, err := replayPeak(ctx, snap, roles, dev, 1)
+	// After the walk, the sites at the peak (one goroutine) and the final state's top site (a
+	// pipeline of two) are worked out side by side: each only reads the walk and the roles.
+	rw, err := replayWalk(ctx, snap, roles, dev, false)
 	if err != nil {
 		return deviceLevels{}, err
 	}
+	var ts *TopStacksResult
+	var tsErr error
+	alongside(func() { err = rw.peakSites(ctx, roles, dev, 1) },
+		func() { ts, tsErr = topStacks(snap, roles, TopStacksOptions{Device: dev, Limit: 1, Attribution: att}) })
+	if err != nil {
+		return deviceLevels{}, err
+	}
+	if tsErr != nil {
+		return deviceLevels{}, tsErr
+	}
+	rp := rw.r
 	l := deviceLevels{hasTrace: rp.HasTrace, finalAlloc: rp.FinalAllocatedBytes, finalRes: rp.FinalReservedBytes,
 		peakAlloc: rp.PeakAllocatedBytes, peakRes: rp.PeakReservedBytes, peakEvent: rp.PeakAllocatedEvent}
 	if !rp.HasTrace {
@@ -85,10 +98,6 @@ func levels(ctx context.Context, snap *snapshot.Snapshot, dev int, att Attributi
 	}
 	if len(rp.PeakSites) > 0 {
 		l.peakTop, l.peakTopFound = rp.PeakSites[0], true
-	}
-	ts, err := topStacks(snap, roles, TopStacksOptions{Device: dev, Limit: 1, Attribution: att})
-	if err != nil {
-		return deviceLevels{}, err
 	}
 	if len(ts.Sites) > 0 {
 		l.finalTop, l.finalTopSeen = ts.Sites[0], true

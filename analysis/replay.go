@@ -1054,16 +1054,24 @@ func replayPeak(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, dev,
 	if err != nil {
 		return nil, err
 	}
+	if err := rw.peakSites(ctx, roles, dev, limit); err != nil {
+		return nil, err
+	}
+	return rw.r, nil
+}
+
+// peakSites sets the walk's result's PeakSites: the sites live at the allocated peak.
+func (rw *replayed) peakSites(ctx context.Context, roles *Roles, dev, limit int) error {
 	r := rw.r
 	if !r.HasTrace {
-		return r, nil // a state-only file has no peak to explain
+		return nil // a state-only file has no peak to explain
 	}
 	pe, err := rw.seed.allocatedBefore(ctx, rw.e, r.PeakAllocatedEvent)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.PeakSites, _ = pe.liveSites(roles, dev, limit)
-	return r, nil
+	return nil
 }
 
 // replayed is a device's trace walked, with what the walk leaves.

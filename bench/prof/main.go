@@ -28,12 +28,13 @@ import (
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/pickle/writer"
 	"github.com/memsnap/memsnap/analysis/snapshot"
+	"github.com/memsnap/memsnap/render"
 )
 
 func main() {
 	cpu := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	mem := flag.String("memprofile", "", "write an allocation profile to this file")
-	cmd := flag.String("cmd", "summarize", "the analysis: summarize, top-stacks, oom, fragmentation, replay, check, convert, whatif, diff or none")
+	cmd := flag.String("cmd", "summarize", "the analysis: summarize, top-stacks, oom, fragmentation, replay, check, convert, whatif, plot, diff or none")
 	n := flag.Int("n", 1, "repetitions (the fastest is printed)")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -95,6 +96,11 @@ func run(cmd string, n int, cpu, mem, path string) error {
 			err = writer.EncodeTo(ctx, io.Discard, snap, writer.Options{})
 		case "whatif":
 			_, err = analysis.WhatIf(ctx, snap, nil, analysis.WhatIfOptions{Settings: []analysis.WhatIfSetting{{Key: "expandable_segments", Value: "True"}}})
+		case "plot":
+			var pic *analysis.PictureResult
+			if pic, err = analysis.Picture(ctx, snap, analysis.PictureOptions{Kind: analysis.PictureTimeline, Top: analysis.DefaultTimelineTop}); err == nil {
+				err = render.Picture(io.Discard, pic, render.Options{Format: render.PNG, Width: render.DefaultWidth, Height: render.DefaultHeight})
+			}
 		case "diff":
 			var other *snapshot.Snapshot
 			if other, err = load.File(ctx, path, load.Options{}); err == nil {
