@@ -14,7 +14,7 @@
 #   plot FILE -o X.png, trim FILE --last-events 100000 -o X.pickle, convert FILE -o X.pickle
 # under /usr/bin/time -v, each with the file in the page cache, and times a cold and a warm MCP
 # summarize call (bench/mcpbench).
-# It prints, per file, the median wall time and peak RSS of each, the ratios python/memsnap
+# It prints, per file, the median wall time, peak RSS and CPU time of each, the ratios python/memsnap
 # side by side for both files (medians, then the fastest rounds), each command against
 # summarize (the ratio of the medians, and the median of each round's ratio), and the MCP
 # calls against the CLI.
@@ -75,28 +75,31 @@ snapshot() {
 	echo "$file"
 }
 
-# measure OUT CMD...: runs CMD under /usr/bin/time -v, appends "seconds kbytes" to OUT. The
+# measure OUT CMD...: runs CMD under /usr/bin/time -v, appends "seconds kbytes cpu-seconds" to
+# OUT: the wall time to the millisecond (GNU time's own is in hundredths, 6% of a 0.16 s run),
+# the peak RSS, and user plus system time (on two cores a command's wall time cannot fall
+# below half its CPU time). The
 # snapshot is read into the page cache first ($f: the file of the round): VMs drop cached file
 # pages under a run, and whichever tool came first after a drop paid the disk for the other.
 measure() {
 	local out=$1
 	shift
 	cat "$f" >/dev/null
+	local t0 t1
+	t0=$(date +%s%N)
 	if ! /usr/bin/time -v -o "$work/time.txt" "$@" >/dev/null 2>"$work/err.txt"; then
 		echo "loader.sh: failed: $*" >&2
 		cat "$work/err.txt" "$work/time.txt" >&2
 		exit 1
 	fi
-	awk '
-		/Elapsed \(wall clock\) time/ {
-			n = split($NF, p, ":"); s = 0
-			for (i = 1; i <= n; i++) s = s * 60 + p[i]
-			wall = s
-		}
+	t1=$(date +%s%N)
+	awk -v ns=$((t1 - t0)) '
+		/User time \(seconds\)/ { user = $NF }
+		/System time \(seconds\)/ { sys = $NF }
 		/Maximum resident set size/ { rss = $NF }
 		END {
-			if (wall == "" || rss == "") { exit 1 }
-			print wall, rss
+			if (rss == "" || user == "" || sys == "") { exit 1 }
+			printf "%.4f %s %.2f\n", ns / 1e9, rss, user + sys
 		}' "$work/time.txt" >>"$out" || { echo "loader.sh: cannot parse /usr/bin/time output" >&2; exit 1; }
 }
 
@@ -169,7 +172,7 @@ for f in "${files[@]}"; do
 			cat "$f" >/dev/null
 			"$work/mcpbench" -memsnap "$MEMSNAP" -n 5 "$f" >>"$d/mcp"
 		fi
-		echo "loader.sh: round $i: summarize $(tail -1 "$d/summarize"), python $(tail -1 "$d/python") (s, KiB)" >&2
+		echo "loader.sh: round $i: summarize $(tail -1 "$d/summarize"), python $(tail -1 "$d/python") (s, KiB, CPU s)" >&2
 	done
 	mw=$(median 1 "$d/summarize")
 	mr=$(median 2 "$d/summarize")
@@ -179,10 +182,11 @@ for f in "${files[@]}"; do
 	{
 		echo
 		awk -v f="$(basename "$f")" -v b="$bytes" -v runs="$RUNS" -v base="${BASELINE:-}" 'BEGIN { printf "%s (%.0f MB), median of %d rounds\n", f, b / 1e6, runs
-			printf "  %-28s %9s %9s %9s %11s%s\n", "", "wall (s)", "x summ.", "(paired)", "RSS (MiB)", base == "" ? "" : "  x baseline (paired)" }'
+			printf "  %-28s %9s %9s %9s %11s %8s%s\n", "", "wall (s)", "x summ.", "(paired)", "RSS (MiB)", "CPU (s)", base == "" ? "" : "  x baseline (paired)" }'
 		for c in summarize $COMMANDS; do
 			w=$(median 1 "$d/$c")
 			r=$(median 2 "$d/$c")
+			u=$(median 3 "$d/$c")
 			label="memsnap $c"
 			case $c in
 			diff) label="memsnap diff (the file twice)" ;;
@@ -195,17 +199,17 @@ for f in "${files[@]}"; do
 			vs=""
 			[[ -z "${BASELINE:-}" ]] || vs=$(paired "$d/$c" "$d/$c.base")
 			ps=$(paired "$d/$c" "$d/summarize")
-			awk -v l="$label" -v w="$w" -v r="$r" -v s="$mw" -v ps="$ps" -v vs="$vs" 'BEGIN { printf "  %-28s %9.2f %8.2fx %8.2fx %11.0f", l, w, w / s, ps, r / 1024
+			awk -v l="$label" -v w="$w" -v r="$r" -v u="$u" -v s="$mw" -v ps="$ps" -v vs="$vs" 'BEGIN { printf "  %-28s %9.3f %8.2fx %8.2fx %11.0f %8.2f", l, w, w / s, ps, r / 1024, u
 				if (vs != "") printf " %12.2fx", vs
 				printf "\n" }'
 		done
 		ps=$(paired "$d/python" "$d/summarize")
-		awk -v w="$pw" -v r="$pr" -v s="$mw" -v ps="$ps" 'BEGIN { printf "  %-28s %9.2f %8.2fx %8.2fx %11.0f\n", "python3 pickle.load", w, w / s, ps, r / 1024 }'
+		awk -v w="$pw" -v r="$pr" -v u="$(median 3 "$d/python")" -v s="$mw" -v ps="$ps" 'BEGIN { printf "  %-28s %9.3f %8.2fx %8.2fx %11.0f %8.2f\n", "python3 pickle.load", w, w / s, ps, r / 1024, u }'
 		if [[ "$MCP" != 0 ]]; then
 			cw=$(median 1 "$d/mcp")
 			ww=$(median 2 "$d/mcp")
 			awk -v c="$cw" -v w="$ww" -v s="$mw" 'BEGIN {
-				printf "  %-28s %9.2f %8.2fx\n", "MCP summarize, cold", c, c / s
+				printf "  %-28s %9.3f %8.2fx\n", "MCP summarize, cold", c, c / s
 				printf "  %-28s %9.4f\n", "MCP summarize, warm", w }'
 		fi
 	} >>"$work/details.txt"
@@ -214,7 +218,7 @@ done
 cat "$work/details.txt"
 echo
 awk 'BEGIN { printf "%-36s %10s %10s %8s %12s %12s %8s\n", "python3 pickle.load / memsnap summarize", "memsnap s", "python s", "speed", "memsnap MiB", "python MiB", "memory" }
-{ printf "%-36s %10.2f %10.2f %7.2fx %12.0f %12.0f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $3, $5, $5 / $3, $4 / 1024, $6 / 1024, $4 / $6 }' "$summary"
+{ printf "%-36s %10.3f %10.3f %7.2fx %12.0f %12.0f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $3, $5, $5 / $3, $4 / 1024, $6 / 1024, $4 / $6 }' "$summary"
 echo
 awk 'BEGIN { printf "%-36s %10s %10s %8s\n", "fastest rounds (the host slows runs down)", "memsnap s", "python s", "speed" }
-{ printf "%-36s %10.2f %10.2f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $7, $8, $8 / $7 }' "$summary"
+{ printf "%-36s %10.3f %10.3f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $7, $8, $8 / $7 }' "$summary"
