@@ -671,7 +671,14 @@ func (e *encoder) fastEvent(w *Writer, ev *snapshot.Event) bool {
 	var frames uint32
 	if ev.Stack != snapshot.NoStack {
 		var ok bool
-		if frames, ok = w.lookup(e.listHandle(ev.Stack)); !ok {
+		if ev.Stack >= 0 {
+			// listHandle's stackKey, looked up where lookup would find it, without boxing the
+			// handle and switching on its type: a third of this function's time.
+			frames, ok = getDense(w.stackMemo, int(ev.Stack))
+		} else {
+			frames, ok = w.lookup(e.listHandle(ev.Stack))
+		}
+		if !ok {
 			return false
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"math/big"
+	"math/bits"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -393,10 +394,15 @@ func appendInt(b []byte, v int64) []byte {
 	case v >= math.MinInt32 && v <= math.MaxInt32:
 		return append(b, OpBinInt, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
 	}
-	var le [8]byte
-	binary.LittleEndian.PutUint64(le[:], uint64(v))
-	t := trimTwos(le[:])
-	return append(append(b, OpLong1, byte(len(t))), t...)
+	// LONG1 with the shortest two's complement: the bytes that hold the value's bits and a
+	// sign bit (what trimTwos leaves of the eight), counted instead of trimmed byte by byte.
+	u := uint64(v)
+	if v < 0 {
+		u = ^u
+	}
+	n := bits.Len64(u)/8 + 1
+	b = binary.LittleEndian.AppendUint64(append(b, OpLong1, byte(n)), uint64(v))
+	return b[:len(b)-8+n]
 }
 
 // appendUint appends CPython's pickle of a non-negative integer (above 2^63-1: LONG1 of 9

@@ -2,10 +2,12 @@ package writer
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,6 +331,37 @@ func TestPyFloatRepr(t *testing.T) {
 	for f, want := range cases {
 		if got := pyFloatRepr(f); got != want {
 			t.Errorf("pyFloatRepr(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
+
+// TestAppendIntLong1: LONG1's length counted from the value's bits is the length trimTwos
+// gives, around every byte boundary of both signs and on random values.
+func TestAppendIntLong1(t *testing.T) {
+	want := func(v int64) []byte {
+		var le [8]byte
+		binary.LittleEndian.PutUint64(le[:], uint64(v))
+		tr := trimTwos(le[:])
+		return append([]byte{OpLong1, byte(len(tr))}, tr...)
+	}
+	var vs []int64
+	for k := 31; k < 63; k++ {
+		for _, d := range []int64{-1, 0, 1} {
+			vs = append(vs, int64(1)<<k+d, -(int64(1)<<k)+d)
+		}
+	}
+	vs = append(vs, math.MaxInt64, math.MinInt64, math.MinInt64+1, math.MaxInt32+1, math.MinInt32-1)
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		vs = append(vs, int64(r.Uint64())>>r.IntN(64))
+	}
+	for _, v := range vs {
+		if v >= math.MinInt32 && v <= math.MaxInt32 {
+			continue // BININT and shorter
+		}
+		got := appendInt([]byte{0xAA}, v)
+		if got[0] != 0xAA || !bytes.Equal(got[1:], want(v)) {
+			t.Fatalf("appendInt(%d) = % x, want aa % x", v, got, want(v))
 		}
 	}
 }
