@@ -624,12 +624,27 @@ func (e *encoder) traces() error {
 	for d, evs := range e.snap.DeviceTraces {
 		e.s.StartList(nil, len(evs))
 		for i := range evs {
+			if fast != nil {
+				// check and Next through the Writer itself, not the sink interface (one
+				// call each per event of millions).
+				if fast.err != nil {
+					return fast.err
+				}
+				if e.ticks++; e.ticks&0xfff == 0 {
+					if err := e.ctx.Err(); err != nil {
+						return err
+					}
+				}
+				if !e.fastEvent(fast, &evs[i]) {
+					e.event(d, i)
+				}
+				fast.Next()
+				continue
+			}
 			if err := e.check(); err != nil {
 				return err
 			}
-			if fast == nil || !e.fastEvent(fast, &evs[i]) {
-				e.event(d, i)
-			}
+			e.event(d, i)
 			e.s.Next()
 		}
 		e.s.EndList()

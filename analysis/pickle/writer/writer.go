@@ -386,12 +386,13 @@ func (w *Writer) Int(v int64) {
 // appendInt appends CPython's pickle of v: BININT1, BININT2, BININT, or LONG1 with the
 // shortest two's complement.
 func appendInt(b []byte, v int64) []byte {
-	switch {
-	case v >= 0 && v <= 0xff:
-		return append(b, OpBinInt1, byte(v))
-	case v >= 0 && v <= 0xffff:
-		return append(b, OpBinInt2, byte(v), byte(v>>8))
-	case v >= math.MinInt32 && v <= math.MaxInt32:
+	if uint64(v)+1<<31 < 1<<32 { // an int32: addresses and times never are, sizes often
+		switch {
+		case v >= 0 && v <= 0xff:
+			return append(b, OpBinInt1, byte(v))
+		case v >= 0 && v <= 0xffff:
+			return append(b, OpBinInt2, byte(v), byte(v>>8))
+		}
 		return append(b, OpBinInt, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
 	}
 	// LONG1 with the shortest two's complement: the bytes that hold the value's bits and a
