@@ -74,8 +74,10 @@ func levels(ctx context.Context, snap *snapshot.Snapshot, dev int, att Attributi
 	if err != nil {
 		return deviceLevels{}, err
 	}
-	// After the walk, the sites at the peak (one goroutine) and the final state's top site (a
-	// pipeline of two) are worked out side by side: each only reads the walk and the roles.
+	// After the walk, the sites at the peak (one goroutine, from the walk) and the final
+	// state's top site (a pipeline of two, from the segments) are worked out side by side:
+	// neither writes what the other reads, and the roles take locks where they fill caches
+	// (as replay's two sides read them).
 	rw, err := replayWalk(ctx, snap, roles, dev, false)
 	if err != nil {
 		return deviceLevels{}, err
