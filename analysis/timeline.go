@@ -252,11 +252,11 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		i := int(b.stack) + 1
 		if i >= 0 && i < len(stackSite) {
 			if stackSite[i] < 0 {
-				stackSite[i] = idOf(roles.a.SiteOf(snap, b.stack))
+				stackSite[i] = idOf(roles.attr(b.stack).SiteIdentity)
 			}
 			return stackSite[i]
 		}
-		return idOf(roles.a.SiteOf(snap, b.stack))
+		return idOf(roles.attr(b.stack).SiteIdentity)
 	}
 	e.eachLive(func(_ uint64, b *liveBlk) {
 		if !b.pending {
@@ -273,9 +273,10 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 			x.site[i] = siteOf(b)
 		}
 	}
-	// The walk reads only the attributor of the roles (read-only): the roles' lifetimes and
-	// what the sites at the peak read later are worked out on the other core meanwhile, as
-	// the replay does. A panic on either goroutine reaches the caller.
+	// Of the roles the walk reads only the stacks' attributions, through the table that is
+	// safe on any goroutine (Roles.attr: the Attributor's own cache is not): the roles'
+	// lifetimes and what the sites at the peak read later are worked out on the other core
+	// meanwhile, as the replay does. A panic on either goroutine reaches the caller.
 	alongside(func() { roles.warmLive(dev) }, func() { err = x.walk(ctx, e, &cur, siteOf) })
 	if err != nil {
 		return nil, err
@@ -519,7 +520,7 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 			var seen bool
 			if i, seen = namedOf[b.stack]; !seen {
 				i = -1
-				if k, ok := keyOf[x.roles.a.SiteOf(x.snap, b.stack).key()]; ok {
+				if k, ok := keyOf[x.roles.attr(b.stack).SiteIdentity.key()]; ok {
 					i = k
 				}
 				namedOf[b.stack] = i
@@ -544,7 +545,7 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 			BytesAtPeak: g.bytes, BlocksAtPeak: g.blocks, Percent: pct(g.bytes, total), Roles: g.roles,
 			Stack: []string{}, StackID: int(g.stack)}
 		if g.stack != snapshot.NoStack {
-			band.Stack = emptyIfNil(x.roles.a.Attribute(x.snap, g.stack).Stack)
+			band.Stack = emptyIfNil(x.roles.attr(g.stack).Stack)
 		}
 		tb.Bands = append(tb.Bands, band)
 	}
