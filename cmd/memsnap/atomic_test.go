@@ -69,8 +69,8 @@ func TestWriteBehindFailure(t *testing.T) {
 		_, werr = w.Write(chunk)
 	}
 	w.close()
-	if werr == nil || fw.err == nil || !errors.Is(werr, os.ErrClosed) {
-		t.Errorf("writes after a failure: %v (file: %v), want the file's error", werr, fw.err)
+	if werr == nil || fw.err() == nil || !errors.Is(werr, os.ErrClosed) {
+		t.Errorf("writes after a failure: %v (file: %v), want the file's error", werr, fw.err())
 	}
 	if fw.n != 0 {
 		t.Errorf("%d bytes counted as written", fw.n)

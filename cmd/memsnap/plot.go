@@ -212,15 +212,16 @@ func writeAtomic(path string, overwrite bool, fill func(io.Writer) error) (int64
 	aw := newWriteBehind(fw)
 	err = fill(aw)
 	aw.close()
-	if cerr := f.Close(); fw.err == nil && cerr != nil {
-		fw.err = cerr
+	werr := fw.err()
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
 	}
-	if fw.err == nil {
-		fw.err = os.Chmod(tmp, 0o644)
+	if werr == nil {
+		werr = os.Chmod(tmp, 0o644)
 	}
 	switch {
-	case fw.err != nil:
-		return 0, fmt.Errorf("cannot write %s: %w", path, fw.err)
+	case werr != nil:
+		return 0, fmt.Errorf("cannot write %s: %w", path, werr)
 	case err != nil:
 		return 0, err
 	}
@@ -257,9 +258,7 @@ func newWriteBehind(w *fileWriter) *writeBehind {
 	go func() {
 		defer close(b.done)
 		for c := range b.full {
-			if b.w.err == nil {
-				b.w.Write(c) // keeps its error in w.err
-			}
+			b.w.Write(c) // keeps its error (and writes nothing after one)
 			b.free <- c[:0]
 		}
 	}()
@@ -277,7 +276,7 @@ func (b *writeBehind) Write(p []byte) (int, error) {
 			b.cur = <-b.free
 		}
 	}
-	if err := b.w.errNow(); err != nil {
+	if err := b.w.err(); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -292,16 +291,16 @@ func (b *writeBehind) close() {
 	<-b.done
 }
 
-// fileWriter counts the bytes written to f and keeps the first error.
+// fileWriter counts the bytes written to f and keeps the first error, which the encoder's
+// goroutine reads while writeBehind's writes.
 type fileWriter struct {
-	f   *os.File
-	n   int64
-	err error
-	// failed is set with err, for the encoder's goroutine to read while this one writes.
+	f      *os.File
+	n      int64
 	failed atomic.Pointer[error]
 }
 
-func (w *fileWriter) errNow() error {
+// err is the first write error, nil while there is none.
+func (w *fileWriter) err() error {
 	if p := w.failed.Load(); p != nil {
 		return *p
 	}
@@ -309,13 +308,12 @@ func (w *fileWriter) errNow() error {
 }
 
 func (w *fileWriter) Write(p []byte) (int, error) {
-	if w.err != nil {
-		return 0, w.err
+	if err := w.err(); err != nil {
+		return 0, err
 	}
 	n, err := w.f.Write(p)
 	w.n += int64(n)
 	if err != nil {
-		w.err = err
 		w.failed.Store(&err)
 	}
 	return n, err

@@ -190,11 +190,13 @@ func (e *encoder) check() error {
 	if err := e.s.Err(); err != nil {
 		return err
 	}
-	e.ticks++
-	if e.ticks&0xfff == 0 {
-		if err := e.ctx.Err(); err != nil {
-			return err
-		}
+	return e.tick()
+}
+
+// tick counts a value written and looks at the context every 4096.
+func (e *encoder) tick() error {
+	if e.ticks++; e.ticks&0xfff == 0 {
+		return e.ctx.Err()
 	}
 	return nil
 }
@@ -630,10 +632,8 @@ func (e *encoder) traces() error {
 				if fast.err != nil {
 					return fast.err
 				}
-				if e.ticks++; e.ticks&0xfff == 0 {
-					if err := e.ctx.Err(); err != nil {
-						return err
-					}
+				if err := e.tick(); err != nil {
+					return err
 				}
 				if !e.fastEvent(fast, &evs[i]) {
 					e.event(d, i)
