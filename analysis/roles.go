@@ -86,13 +86,14 @@ type deviceRoles struct {
 	finalAlloc []int32
 	preFree    []phase
 	preFreed   []bool
-	// refined[id+1] is refine's answer for a stack, when isRefined[id+1] (both under refineMu:
-	// replay reads roles on two goroutines).
-	refined   []Attribution
-	isRefined []bool
-	refineMu  sync.Mutex
-	bwRuns    []bwRun // the backward passes (see backwardRuns), once bwOnce has run
-	bwOnce    sync.Once
+	// refined[id+1] is refine's answer for a stack once worked out (made by refinedOnce).
+	// Replay reads roles on two goroutines, each for every live block: a load, not a lock
+	// whose cache line both cores take in turn. Two goroutines that miss at once compute the
+	// same answer, and the first stored is kept.
+	refined     []atomic.Pointer[Attribution]
+	refinedOnce sync.Once
+	bwRuns      []bwRun // the backward passes (see backwardRuns), once bwOnce has run
+	bwOnce      sync.Once
 }
 
 // fate is how one allocation ended, relative to the phase run that made it.
@@ -839,16 +840,15 @@ func (r *Roles) refine(d *deviceRoles, at Attribution, id snapshot.StackID) Attr
 	if k < 0 || k >= len(r.snap.Stacks)+1 {
 		return r.refineStack(d, at, id)
 	}
-	d.refineMu.Lock()
-	defer d.refineMu.Unlock()
-	if d.refined == nil {
-		d.refined = make([]Attribution, len(r.snap.Stacks)+1)
-		d.isRefined = make([]bool, len(r.snap.Stacks)+1)
+	d.refinedOnce.Do(func() { d.refined = make([]atomic.Pointer[Attribution], len(r.snap.Stacks)+1) })
+	if p := d.refined[k].Load(); p != nil {
+		return *p
 	}
-	if !d.isRefined[k] {
-		d.refined[k], d.isRefined[k] = r.refineStack(d, at, id), true
+	v := r.refineStack(d, at, id)
+	if !d.refined[k].CompareAndSwap(nil, &v) {
+		return *d.refined[k].Load()
 	}
-	return d.refined[k]
+	return v
 }
 
 func (r *Roles) refineStack(d *deviceRoles, at Attribution, id snapshot.StackID) Attribution {
