@@ -589,24 +589,9 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 			tb.start[tb.bandOf[s]] += v
 		}
 	}
-	// Checkpoints: band totals before event k*timelineCheckpoint; the band maxima on the way.
-	cur := slices.Clone(tb.start)
-	var maxes []int64 // band maxima inside the window
-	n := len(x.evs)
-	for i := range n {
-		if i%timelineCheckpoint == 0 {
-			tb.cps = append(tb.cps, slices.Clone(cur))
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("timeline: %w", err)
-			}
-		}
-		b := tb.apply(cur, i)
-		switch {
-		case i == start:
-			maxes = slices.Clone(cur)
-		case b >= 0 && i > start && i < end && cur[b] > maxes[b]:
-			maxes[b] = cur[b]
-		}
+	maxes, err := tb.sweep(ctx, start, end)
+	if err != nil {
+		return nil, err
 	}
 	for i := range tb.Bands {
 		tb.Bands[i].MaxBytes = maxes[i]
@@ -623,6 +608,81 @@ func (x *TimelineIndex) siteID(id SiteIdentity) (int32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// sweepSplit is the fewest events a sweep splits in two.
+const sweepSplit = 1 << 16
+
+// sweep fills the checkpoints (band totals before every timelineCheckpoint-th event) and
+// returns each band's largest total over events [start, end). A total is the sum of the
+// events' changes before it, so a long trace is summed in two parts at once, split at a
+// checkpoint: the second from zero, then shifted by the first's totals where it ends.
+func (tb *TimelineBands) sweep(ctx context.Context, start, end int) ([]int64, error) {
+	n := len(tb.x.evs)
+	tb.cps = make([][]int64, (n+timelineCheckpoint-1)/timelineCheckpoint)
+	mid := 0
+	if n >= sweepSplit {
+		mid = len(tb.cps) / 2 * timelineCheckpoint
+	}
+	var first, second sweepPart
+	alongside(func() { second = tb.sweepPart(ctx, mid, n, make([]int64, len(tb.start)), start, end) },
+		func() { first = tb.sweepPart(ctx, 0, mid, slices.Clone(tb.start), start, end) })
+	for _, p := range []sweepPart{first, second} {
+		if p.err != nil {
+			return nil, fmt.Errorf("timeline: %w", p.err)
+		}
+	}
+	at := first.cur // the totals before event mid
+	for k := mid / timelineCheckpoint; k < len(tb.cps); k++ {
+		for b, v := range at {
+			tb.cps[k][b] += v
+		}
+	}
+	maxes := first.max
+	if second.max != nil {
+		for b, v := range at {
+			second.max[b] += v
+		}
+		if maxes == nil {
+			maxes = second.max
+		} else {
+			for b, v := range second.max {
+				maxes[b] = max(maxes[b], v)
+			}
+		}
+	}
+	return maxes, nil
+}
+
+// sweepPart is what a sweep found over its part of the events: the totals after it, and the
+// largest over the window's events in it (nil: none in it).
+type sweepPart struct {
+	cur, max []int64
+	err      error
+}
+
+// sweepPart applies events [lo, hi) to cur, the band totals before lo, storing the
+// checkpoints on the way.
+func (tb *TimelineBands) sweepPart(ctx context.Context, lo, hi int, cur []int64, start, end int) sweepPart {
+	p := sweepPart{cur: cur}
+	from := max(start, lo) // the part's first event inside the window
+	for i := lo; i < hi; i++ {
+		if i%timelineCheckpoint == 0 {
+			tb.cps[i/timelineCheckpoint] = slices.Clone(cur)
+			if err := ctx.Err(); err != nil {
+				p.err = err
+				return p
+			}
+		}
+		b := tb.apply(cur, i)
+		switch {
+		case i == from && i < end:
+			p.max = slices.Clone(cur)
+		case b >= 0 && i > from && i < end && cur[b] > p.max[b]:
+			p.max[b] = cur[b]
+		}
+	}
+	return p
 }
 
 // apply adds event i's change to band totals cur; it returns the band changed (-1: none; the

@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -397,5 +398,68 @@ func TestTrim(t *testing.T) {
 	}
 	if _, _, err := Trim(context.Background(), snap, TrimOptions{Device: 4}); err == nil {
 		t.Error("absent device: no error")
+	}
+}
+
+// TestTimelineSweepSplit checks the band sweep that sums a long trace in two parts against one
+// pass in order: every checkpoint and the band maxima of windows before, across and after the
+// split, on a trace of random allocations and frees (some events changing two bands).
+func TestTimelineSweepSplit(t *testing.T) {
+	const n = 3*sweepSplit + 777
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := &TimelineIndex{evs: make([]snapshot.Event, n), alloc: make([]int64, n), site: make([]int32, n),
+		extra: map[int][2]siteDelta{}, startAlloc: 5000}
+	const sites = 7
+	level := x.startAlloc
+	for i := range n {
+		switch r := rng.IntN(10); {
+		case r < 2: // no band changes
+			x.site[i] = -1
+		case r < 3: // an allocation over a block still live: two bands change
+			x.site[i] = -2
+			old := rng.Int64N(1000)
+			x.extra[i] = [2]siteDelta{{int32(rng.IntN(sites)), -old}, {int32(rng.IntN(sites)), old + 10}}
+			level += 10
+		default:
+			x.site[i] = int32(rng.IntN(sites))
+			level += rng.Int64N(2001) - 1000
+		}
+		x.alloc[i] = level
+	}
+	tb := &TimelineBands{x: x, bandOf: []int16{0, 1, 2, 0, 1, 3, 3}, start: []int64{100, 200, 300, 4400}}
+	// The sums in order, as one pass makes them.
+	wantCps := [][]int64{}
+	cur := slices.Clone(tb.start)
+	var after [][]int64 // totals after each event
+	for i := range n {
+		if i%timelineCheckpoint == 0 {
+			wantCps = append(wantCps, slices.Clone(cur))
+		}
+		tb.apply(cur, i)
+		after = append(after, slices.Clone(cur))
+	}
+	mid := (n + timelineCheckpoint - 1) / timelineCheckpoint / 2 * timelineCheckpoint
+	for _, w := range [][2]int{{0, n}, {0, 10}, {mid - 5, mid + 5}, {mid, mid + 1}, {mid - 1, mid}, {mid + 100, n}, {n - 1, n}, {17, mid}} {
+		want := slices.Clone(after[w[0]])
+		for i := w[0]; i < w[1]; i++ {
+			for b, v := range after[i] {
+				want[b] = max(want[b], v)
+			}
+		}
+		got, err := tb.sweep(context.Background(), w[0], w[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("window %v: band maxima %v, want %v", w, got, want)
+		}
+		if len(tb.cps) != len(wantCps) {
+			t.Fatalf("window %v: %d checkpoints, want %d", w, len(tb.cps), len(wantCps))
+		}
+		for k := range wantCps {
+			if !slices.Equal(tb.cps[k], wantCps[k]) {
+				t.Fatalf("window %v: checkpoint %d = %v, want %v", w, k, tb.cps[k], wantCps[k])
+			}
+		}
 	}
 }
