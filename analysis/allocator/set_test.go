@@ -136,3 +136,38 @@ func TestBlockIsOneCacheLine(t *testing.T) {
 		t.Fatalf("Block is %d bytes, want 64", n)
 	}
 }
+
+// TestSearchKeys checks the search by quarters against a linear scan, for every length up to
+// 300 (each way the quarters and the binary steps after them end) and targets below, between,
+// on and above the keys, with runs of equal sizes.
+func TestSearchKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := 0; n <= 300; n++ {
+		ks := make([]key, n)
+		for i := range ks {
+			ks[i] = key{size: rng.Int64N(40) * 512, addr: rng.Uint64N(1 << 20)}
+		}
+		slices.SortFunc(ks, func(a, b key) int {
+			if lessKey(a.size, a.addr, b.size, b.addr) {
+				return -1
+			}
+			if a == b {
+				return 0
+			}
+			return 1
+		})
+		targets := []key{{0, 0}, {1 << 40, 0}} // sizes are never negative (keyBelow)
+		for _, k := range ks {
+			targets = append(targets, k, key{k.size, k.addr + 1}, key{k.size, 0}, key{k.size + 1, 0})
+		}
+		for _, k := range targets {
+			want := 0
+			for want < n && lessKey(ks[want].size, ks[want].addr, k.size, k.addr) {
+				want++
+			}
+			if got := searchKeys(ks, k.size, k.addr); got != want {
+				t.Fatalf("%d keys, target %v: %d, want %d", n, k, got, want)
+			}
+		}
+	}
+}
