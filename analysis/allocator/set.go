@@ -68,13 +68,10 @@ func (s *blockSet) lowerBound(size int64, addr uint64) pos {
 // loaded together, so that a search waits for half as many loads in a row as a binary one.
 func searchKeys(ks []key, size int64, addr uint64) int {
 	n := len(ks)
-	if n == 0 {
-		return 0
-	}
 	// The answer is in [base, base+n]: every key before base is below, and the key at base+n
 	// (if any) is not.
 	base := 0
-	for n >= 4 {
+	for n > 8 {
 		q := n >> 2
 		c1 := keyBelow(&ks[base+q], size, addr)
 		c2 := keyBelow(&ks[base+2*q], size, addr)
@@ -84,12 +81,12 @@ func searchKeys(ks []key, size int64, addr uint64) int {
 		base += q&-c1 + q&-c2 + q&-c3
 		n = q + (n-4*q)&-c3
 	}
-	for n > 1 {
-		half := n >> 1
-		base += half & -keyBelow(&ks[base+half], size, addr)
-		n -= half
+	// The last few keys are counted, each compared on its own: none waits for another.
+	c := 0
+	for _, k := range ks[base : base+n] {
+		c += keyBelow(&k, size, addr)
 	}
-	return base + keyBelow(&ks[base], size, addr)
+	return base + c
 }
 
 // keyBelow is 1 when k < (size, addr), else 0, without a branch: the keys compared as 128-bit
