@@ -277,25 +277,32 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 	// safe on any goroutine (Roles.attr: the Attributor's own cache is not): the roles'
 	// lifetimes and what the sites at the peak read later are worked out on the other core
 	// meanwhile, as the replay does. A panic on either goroutine reaches the caller.
-	alongside(func() { roles.warmLive(dev) }, func() { err = x.walk(ctx, e, &cur, siteOf) })
+	// Whether times work as an axis reads the events alone: that core's work too, as it
+	// finishes first.
+	alongside(func() {
+		roles.warmLive(dev)
+		x.timeOK = timesIncrease(x.evs)
+	}, func() { err = x.walk(ctx, e, &cur, siteOf) })
 	if err != nil {
 		return nil, err
 	}
 	e.onFree = nil
 	x.seed, x.end = seed, e
-	x.consistent = e.consistent()
 	for len(x.startSite) < len(x.sites) {
 		x.startSite = append(x.startSite, 0)
 	}
-	x.buildBlocks()
-	x.timeOK = n > 0
-	for i := range n {
-		if x.evs[i].TimeUS <= 0 || (i > 0 && x.evs[i].TimeUS < x.evs[i-1].TimeUS) {
-			x.timeOK = false
-			break
+	alongside(func() { x.consistent = e.consistent() }, x.buildBlocks)
+	return x, nil
+}
+
+// timesIncrease reports whether every event has a time_us and times never decrease.
+func timesIncrease(evs []snapshot.Event) bool {
+	for i := range evs {
+		if evs[i].TimeUS <= 0 || (i > 0 && evs[i].TimeUS < evs[i-1].TimeUS) {
+			return false
 		}
 	}
-	return x, nil
+	return len(evs) > 0
 }
 
 // walk applies every event to e and records the levels and sites of each.
@@ -348,12 +355,23 @@ func (x *TimelineIndex) HasTime() bool { return x.timeOK }
 // Device is the device indexed.
 func (x *TimelineIndex) Device() int { return x.dev }
 
+// buildBlocks works out the min/max of allocated and reserved per timelineBlock events (stats
+// reads them for long ranges).
 func (x *TimelineIndex) buildBlocks() {
 	n := len(x.alloc)
 	nb := (n + timelineBlock - 1) / timelineBlock
 	x.bMaxA, x.bMinA, x.bMaxR, x.bMinR = make([]int64, nb), make([]int64, nb), make([]int64, nb), make([]int64, nb)
 	x.bArgA, x.bArgR = make([]int32, nb), make([]int32, nb)
-	for b := range nb {
+	// The blocks are independent: half of them on each core.
+	inParallel(2, func(half int) {
+		x.buildBlockRange(half*nb/2, (half+1)*nb/2)
+	})
+}
+
+// buildBlockRange fills the min/max of blocks [from, to).
+func (x *TimelineIndex) buildBlockRange(from, to int) {
+	n := len(x.alloc)
+	for b := from; b < to; b++ {
 		lo, hi := b*timelineBlock, min((b+1)*timelineBlock, n)
 		x.bMaxA[b], x.bMinA[b], x.bArgA[b] = x.alloc[lo], x.alloc[lo], int32(lo)
 		x.bMaxR[b], x.bMinR[b], x.bArgR[b] = x.res[lo], x.res[lo], int32(lo)
