@@ -98,7 +98,7 @@ func newCanvas(o Options) (vg.CanvasWriterTo, draw.Canvas, error) {
 }
 
 // finish writes the canvas out. A PNG is compressed at zlib's fastest level: on a picture of
-// flat bands and lines it makes a file 7% larger in two thirds of the time (17 against 23 ms
+// flat bands and lines it makes a file 3-7% larger in two thirds of the time (17 against 23 ms
 // at the default size), the last step of every plot.
 func finish(w io.Writer, c vg.CanvasWriterTo) error {
 	var buf bytes.Buffer

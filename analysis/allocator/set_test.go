@@ -138,7 +138,7 @@ func TestBlockIsOneCacheLine(t *testing.T) {
 }
 
 // TestSearchKeys checks the search by quarters against a linear scan, for every length up to
-// 300 (each way the quarters and the binary steps after them end) and targets below, between,
+// 300 (each way the quarters and the count after them end) and targets below, between,
 // on and above the keys, with runs of equal sizes.
 func TestSearchKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
