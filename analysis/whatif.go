@@ -157,7 +157,11 @@ type WhatIfResult struct {
 	// Recommendations: the grid, best first (recommend only).
 	Recommendations []WhatIfCandidate `json:"recommendations"`
 	Devices         []WhatIfDevice    `json:"devices"`
-	Notes           []string          `json:"notes"`
+	// ChangeNeeded: the trace records an OOM, or the file's own settings meet one in the replay
+	// (at the capacity given). Without either, a setting only changes how much memory the
+	// cache keeps at the peak: nothing needs fixing.
+	ChangeNeeded bool     `json:"change_needed"`
+	Notes        []string `json:"notes"`
 }
 
 // WhatIf replays each device's trace through the allocator model with the file's own settings
@@ -333,10 +337,31 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 	} else if sameAllocSettings(what, base) {
 		out.Notes = append(out.Notes, "the what-if settings are the file's own: the what-if is the baseline")
 	}
+	var basePeak, bestPeak int64
 	for _, dr := range all {
 		out.Devices = append(out.Devices, whatIfDevice(dr.t, dr.cap, dr.src, dr.notes, dr.base, dr.runs[best], grid[best], base))
+		out.ChangeNeeded = out.ChangeNeeded || len(dr.t.OOMs) > 0 || dr.base.Stats.OOMs > 0
+		basePeak += dr.base.Stats.PeakReserved
+		bestPeak += dr.runs[best].Stats.PeakReserved
+	}
+	if !out.ChangeNeeded {
+		out.Notes = append(out.Notes, noChangeNeeded(basePeak, bestPeak, confName(out.Settings), all[0].cap > 0))
 	}
 	return out, nil
+}
+
+// noChangeNeeded says why a file without OOMs needs no setting changed, and what the best
+// setting would still give back.
+func noChangeNeeded(basePeak, bestPeak int64, best string, bounded bool) string {
+	s := "no change needed: the trace records no OOM and the file's own settings meet none in the replay"
+	if bounded {
+		s += " at that capacity"
+	}
+	if saved := basePeak - bestPeak; saved > 0 {
+		s += fmt.Sprintf("; %s lowers the peak reserved by %s (%.0f%%), memory the cache keeps for reuse, not memory lost: change it only to give that memory to something else (another process, a larger batch)",
+			best, FormatBytes(saved), pct(saved, basePeak))
+	}
+	return s
 }
 
 func cmpInt64(a, b int64) int {
@@ -583,9 +608,12 @@ func fidelityReason(t *allocator.Trace, base *allocator.RunResult, f *WhatIfFide
 // Text renders the what-if for a person or an agent.
 func (r *WhatIfResult) Text() string {
 	var b strings.Builder
-	if r.Recommend {
+	switch {
+	case r.Recommend && !r.ChangeNeeded:
+		fmt.Fprintf(&b, "what-if on %s: no OOM to avoid, so no setting needs changing; the lowest peak reserved of %s tried: %s (recorded with %s)\n", r.Path, count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
+	case r.Recommend:
 		fmt.Fprintf(&b, "what-if on %s: best of %s tried: %s (recorded with %s)\n", r.Path, count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
-	} else {
+	default:
 		fmt.Fprintf(&b, "what-if on %s: %s (recorded with %s)\n", r.Path, confName(r.Settings), confName(r.BaselineSettings))
 	}
 	for _, d := range r.Devices {

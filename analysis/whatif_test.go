@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -306,4 +307,55 @@ func BenchmarkWhatIfVsReplay(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestWhatIfChangeNeeded: a what-if on a file with no OOM says that no setting needs changing
+// and what the best still gives back; with an OOM recorded, or met by the file's own settings
+// at a given device size, a change is needed and the note is absent.
+func TestWhatIfChangeNeeded(t *testing.T) {
+	files := realFiles(t)
+	_ = files
+	snap, err := load.File(context.Background(), filepath.Join(realDir, "pt2.2_repeated-snapshot-events_cnn-counterfactuals_eornn.pickle"), load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := WhatIf(context.Background(), snap, nil, WhatIfOptions{Recommend: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "no change needed: the trace records no OOM and the file's own settings meet none in the replay; expandable_segments:True lowers the peak reserved by 20.0 MiB (16%), memory the cache keeps for reuse, not memory lost: change it only to give that memory to something else (another process, a larger batch)"
+	if r.ChangeNeeded || !slices.Contains(r.Notes, want) {
+		t.Errorf("change needed %v, notes %q", r.ChangeNeeded, r.Notes)
+	}
+	if !strings.HasPrefix(r.Text(), "what-if on "+snap.Path+": no OOM to avoid, so no setting needs changing; the lowest peak reserved of 7 settings tried: expandable_segments:True (recorded with the defaults)\n") {
+		t.Errorf("text:\n%s", r.Text())
+	}
+	// The file's own settings and nothing better: no saving to name.
+	small, err := load.File(context.Background(), filepath.Join(realDir, "pt2.5-2.7_small-full-trace_cs336.pickle"), load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = WhatIf(context.Background(), small, nil, WhatIfOptions{Settings: []WhatIfSetting{{Key: "roundup_power2_divisions", Value: "4"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ChangeNeeded || !slices.Contains(r.Notes, "no change needed: the trace records no OOM and the file's own settings meet none in the replay") {
+		t.Errorf("change needed %v, notes %q", r.ChangeNeeded, r.Notes)
+	}
+	// A device too small for the file's own settings: a change is needed.
+	r, err = WhatIf(context.Background(), small, nil, WhatIfOptions{Settings: expandableOn, DeviceMemory: 3 * gib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.ChangeNeeded || strings.Contains(strings.Join(r.Notes, " "), "no change needed") {
+		t.Errorf("3 GiB: change needed %v, notes %q", r.ChangeNeeded, r.Notes)
+	}
+	// An OOM recorded.
+	r, err = WhatIf(context.Background(), whatIfFixture(t, "whatif_expandable_avoids.pickle"), nil, WhatIfOptions{Recommend: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.ChangeNeeded || strings.Contains(strings.Join(r.Notes, " "), "no change needed") || !strings.Contains(r.Text(), ": best of 9 settings tried: ") {
+		t.Errorf("recorded OOM: change needed %v, notes %q", r.ChangeNeeded, r.Notes)
+	}
 }

@@ -495,6 +495,7 @@ var fieldDocs = map[string]string{
 	"WhatIfResult.Recommend":                    "A grid of settings was tried and ranked (recommendations)",
 	"WhatIfResult.Recommendations":              "With recommend: every setting tried, best first (empty otherwise)",
 	"WhatIfResult.Devices":                      "One entry per device with allocation events (or the one asked for)",
+	"WhatIfResult.ChangeNeeded":                 "The trace records an OOM, or the file's own settings meet one in the replay: false means no setting needs changing (they only change how much the cache keeps at the peak)",
 	"WhatIfResult.Notes":                        "Notes on the whole file",
 	"OOMWhatIf.Setting":                         "The setting replayed: expandable_segments:True added to the file's own",
 	"OOMWhatIf.Avoided":                         "Replaying the trace with that setting, this request is served: the OOM would have been avoided",
