@@ -145,6 +145,7 @@ type Attribution struct {
 	gradFn      bool   // runs inside an autograd.Function forward (grad is enabled)
 	gradFnFrame string // the frame that says so
 	hint        string // a frame that says the workload is inference (generate, serving engines)
+	retained    bool   // a forward block alive after its backward pass, as its pass's whole graph (heldByCaller)
 }
 
 type frameKind uint8

@@ -192,7 +192,7 @@ func (r *Roles) heldByCaller(d *deviceRoles, at Attribution, stack snapshot.Stac
 	}
 	if run, ok := d.backwardSince(allocIdx, now); ok {
 		if d.retained[d.runOf(allocIdx)] && at.ctx != ctxUser {
-			at.Category = CategoryActivation
+			at.Category, at.retained = CategoryActivation, true
 			at.Evidence = fmt.Sprintf("allocated in the forward pass (event %d) and still alive after the backward pass that followed (events %d–%d), like the per-layer activations of that pass: a retained autograd graph. A reference your code keeps to the loss or the outputs (%s) holds the graph and what it saved (retain_graph=True, or tensors kept on ctx outside save_for_backward); del outputs and loss after backward, keep loss.item()",
 				allocIdx, run.start, run.end, holder)
 			return at, true

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -237,4 +238,49 @@ func TestPhasePassSplit(t *testing.T) {
 		}
 		check(t, &s)
 	})
+}
+
+// TestTopStacksRetainedGraph: on the QLoRA notebook (a cell keeps outputs and loss, whose
+// graph holds the forward's activations after backward), top-stacks marks the groups of the
+// retained graph, sums them in a note, and shows why under each material row.
+func TestTopStacksRetainedGraph(t *testing.T) {
+	files := realFiles(t)
+	_ = files
+	snap, err := load.File(context.Background(), filepath.Join(realDir, "pt2.1_hf-qlora-bnb-accelerate-llama-train_ftcourse.pickle"), load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := TopStacks(snap, TopStacksOptions{Device: AllDevices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var sum int64
+	for _, s := range r.Sites {
+		if s.RetainedGraph {
+			got = append(got, fmt.Sprintf("%s %d", s.Site, s.Bytes))
+			sum += s.Bytes
+			if s.Category != CategoryActivation {
+				t.Errorf("%s: %s", s.Site, s.Category)
+			}
+		}
+	}
+	want := []string{"modeling_llama.py:216 495616000", "modeling_llama.py:89 364380160", "modeling_llama.py:649 180224000",
+		"modeling_llama.py:1183 128000000", "modeling_llama.py:925 8192000", "modeling_llama.py:1197 512"}
+	if !slices.Equal(got, want) || sum != 1176412672 {
+		t.Errorf("retained groups %q (%d B), want %q", got, sum, want)
+	}
+	note := "a retained autograd graph: 1.1 GiB of forward activations in 6 groups (retained_graph) are still alive after the backward pass that followed them, like the per-layer activations of that pass, where backward frees what the graph saved: a reference your code keeps to the loss or the outputs holds the graph; del outputs and loss after backward and keep loss.item()"
+	if len(r.Notes) == 0 || r.Notes[0] != note {
+		t.Errorf("notes %q", r.Notes)
+	}
+	// Rows of 1% or more show why; the 512 B one does not.
+	text := r.Text()
+	if n := strings.Count(text, "      why: allocated in the forward pass"); n != 4 {
+		t.Errorf("%d why lines:\n%s", n, text)
+	}
+	// The parameters before the trace are not part of it.
+	if r.Sites[0].Site != SiteNoStack || r.Sites[0].RetainedGraph {
+		t.Errorf("first row %+v", r.Sites[0])
+	}
 }

@@ -36,6 +36,10 @@ type TopSite struct {
 	Percent  float64 `json:"percent"`
 	Category string  `json:"category"`
 	Evidence string  `json:"evidence"`
+	// RetainedGraph: the group's blocks are forward activations still alive after the backward
+	// pass that followed them, with the other per-layer activations of their pass: a retained
+	// autograd graph (the evidence says what holds it).
+	RetainedGraph bool `json:"retained_graph,omitempty"`
 	// Stack is a representative filtered stack: the user frames plus the nearest library frame.
 	Stack []string `json:"stack"`
 	// StackID is the snapshot stack the representative stack comes from (the group's largest
@@ -259,7 +263,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			}
 			g := groups[key]
 			if g == nil {
-				g = &agg{ts: TopSite{SiteIdentity: at.SiteIdentity, Category: at.Category, Evidence: at.Evidence, Stack: at.Stack},
+				g = &agg{ts: TopSite{SiteIdentity: at.SiteIdentity, Category: at.Category, Evidence: at.Evidence, RetainedGraph: at.retained, Stack: at.Stack},
 					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: dev}
 				switch opt.GroupBy {
 				case "file":
@@ -282,7 +286,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			}
 			if g.rep.take(at.Category, b.Size, b.Stack, b.Address) {
 				g.topSize, g.topID = b.Size, b.Stack
-				g.ts.Stack, g.ts.Category, g.ts.Evidence = at.Stack, at.Category, at.Evidence
+				g.ts.Stack, g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = at.Stack, at.Category, at.Evidence, at.retained
 			}
 			r.TotalBytes += b.Size
 			r.TotalBlocks++
@@ -311,14 +315,21 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			r.Notes = append(r.Notes, "the file has no trace: blocks cannot be placed in the range or compile context that allocated them ("+LabelPreTrace+")")
 		}
 	}
+	var retainedBytes int64 // groups of a retained graph
+	retainedGroups := 0
 	for _, g := range groups {
 		if byLabel {
 			g.ts.Category, g.ts.Evidence = dominantRole(g.roleBytes, opt.GroupBy)
+			g.ts.RetainedGraph = false
 		}
 		if (opt.GroupBy == "site" || opt.GroupBy == "stack") && opt.State != "inactive" && g.allOther {
 			if ev := roles.containerGuess(g.dev, g.ts.SiteIdentity, g.sizes, g.allocs); ev != "" {
-				g.ts.Category, g.ts.Evidence = CategoryUserContainer, ev
+				g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = CategoryUserContainer, ev, false
 			}
+		}
+		if g.ts.RetainedGraph {
+			retainedBytes += g.ts.Bytes
+			retainedGroups++
 		}
 		g.ts.Percent = pct(g.ts.Bytes, r.TotalBytes)
 		g.ts.StackID = max(int(g.topID), -1)
@@ -332,6 +343,10 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	r.Groups = len(r.Sites)
 	if len(r.Sites) > opt.Limit {
 		r.Sites = r.Sites[:opt.Limit]
+	}
+	if retainedGroups > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("a retained autograd graph: %s of forward activations in %s (retained_graph) are still alive after the backward pass that followed them, like the per-layer activations of that pass, where backward frees what the graph saved: a reference your code keeps to the loss or the outputs holds the graph; del outputs and loss after backward and keep loss.item()",
+			FormatBytes(retainedBytes), count(retainedGroups, "group")))
 	}
 	r.Notes = append(r.Notes, capsNotes(snap, noStack, emptyStack)...)
 	if opt.State == "inactive" {
@@ -440,6 +455,11 @@ func (r *TopStacksResult) Text() string {
 			b.WriteString(")")
 		}
 		b.WriteString("\n")
+		if (s.RetainedGraph || s.Category == CategoryUserContainer) && s.Percent >= 1 {
+			// A role from how the blocks outlived their pass: the reason is the finding (of
+			// rows that hold enough to matter).
+			fmt.Fprintf(&b, "      why: %s\n", s.Evidence)
+		}
 		for _, f := range s.Stack {
 			fmt.Fprintf(&b, "      %s\n", f)
 		}
