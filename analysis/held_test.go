@@ -284,3 +284,24 @@ func TestTopStacksRetainedGraph(t *testing.T) {
 		t.Errorf("first row %+v", r.Sites[0])
 	}
 }
+
+// TestReplayTextShowsHeldOutput: on the multistream Llama validation, the logits of the
+// previous call are still alive at the peak, held by the validation loop: the replay's text
+// says so under that row (the answer key's finding), and under no other.
+func TestReplayTextShowsHeldOutput(t *testing.T) {
+	files := realFiles(t)
+	_ = files
+	snap, err := load.File(context.Background(), filepath.Join(realDir, "pt2.1_multistream_llama-selectn.pickle"), load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Replay(context.Background(), snap, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := r.Text()
+	want := "        why: the output of an earlier call of forward (made at models/llama/modeling_llama.py:856 in forward), still alive while the next call runs (now at models/llama/modeling_llama.py:838 in forward): held by its caller mcx/select_n/validate_old.py:63 in validate; del it before the next call"
+	if !strings.Contains(text, want) || strings.Count(text, "why:") != 1 {
+		t.Errorf("text:\n%s", text)
+	}
+}
