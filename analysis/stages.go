@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -78,11 +79,12 @@ func stagesText(stages []Stage, total int) string {
 	if len(stages) == 0 {
 		return ""
 	}
+	anySteps := slices.ContainsFunc(stages, func(s Stage) bool { return s.Step >= 0 })
 	var b strings.Builder
 	if len(stages) <= 9 {
 		b.WriteString("  stages:\n")
 		for _, s := range stages {
-			fmt.Fprintf(&b, "    step %d %-9s events %d–%d: %s → peak %s (event %d) → %s  [%s]\n", s.Step, s.Name, s.StartEvent, s.EndEvent,
+			fmt.Fprintf(&b, "    %s%-9s events %d–%d: %s → peak %s (event %d) → %s  [%s]\n", stageStep(s.Step, anySteps), s.Name, s.StartEvent, s.EndEvent,
 				FormatBytes(s.StartAllocatedBytes), FormatBytes(s.PeakAllocatedBytes), s.PeakEvent, FormatBytes(s.EndAllocatedBytes), s.Source)
 		}
 		return b.String()
@@ -100,7 +102,25 @@ func stagesText(stages []Stage, total int) string {
 	fmt.Fprintf(&b, "  %s; the highest peak of each kind:\n", count(total, "stage"))
 	for _, n := range order {
 		s := best[n]
-		fmt.Fprintf(&b, "    %-9s %s at event %d (step %d)\n", n, FormatBytes(s.PeakAllocatedBytes), s.PeakEvent, s.Step)
+		at := strings.TrimSpace(stageStep(s.Step, anySteps))
+		if at != "" {
+			at = " (" + at + ")"
+		}
+		fmt.Fprintf(&b, "    %-9s %s at event %d%s\n", n, FormatBytes(s.PeakAllocatedBytes), s.PeakEvent, at)
 	}
 	return b.String()
+}
+
+// stageStep names a stage's step for the text. A stage before the first step start (Step -1,
+// kept as -1 in the JSON) reads "before step 0" when later stages have steps, and nothing
+// when none has (an inference or validation trace with no step boundary): no step number a
+// run does not have.
+func stageStep(step int, anySteps bool) string {
+	switch {
+	case step >= 0:
+		return fmt.Sprintf("step %d ", step)
+	case anySteps:
+		return "before step 0 "
+	}
+	return ""
 }

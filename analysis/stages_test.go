@@ -288,3 +288,45 @@ func TestCompileLabels(t *testing.T) {
 		t.Fatalf("a block without an alloc event: %q", l.label(-1))
 	}
 }
+
+// TestStagesTextStepLabel: a stage before the first step start (Step -1 in the JSON) reads
+// "before step 0" in the text when later stages have steps, and carries no step when none has
+// (the multistream validation and qwen2 inference files), in both the per-stage list and the
+// per-kind summary.
+func TestStagesTextStepLabel(t *testing.T) {
+	pre := Stage{Name: "forward", Step: -1, Source: "phases", StartEvent: 0, EndEvent: 9, PeakAllocatedBytes: 1 << 20, PeakEvent: 4}
+	first := Stage{Name: "backward", Step: 0, Source: "phases", StartEvent: 10, EndEvent: 19, PeakAllocatedBytes: 2 << 20, PeakEvent: 12}
+	cases := []struct {
+		name   string
+		stages []Stage
+		want   []string
+	}{
+		{"list", []Stage{pre, first}, []string{
+			"    before step 0 forward   events 0–9: 0 B → peak 1.0 MiB (event 4) → 0 B  [phases]",
+			"    step 0 backward  events 10–19: 0 B → peak 2.0 MiB (event 12) → 0 B  [phases]",
+		}},
+		{"per kind", append(slices.Repeat([]Stage{pre}, 9), first), []string{
+			"    forward   1.0 MiB at event 4 (before step 0)",
+			"    backward  2.0 MiB at event 12 (step 0)",
+		}},
+		{"list without steps", []Stage{pre}, []string{
+			"    forward   events 0–9: 0 B → peak 1.0 MiB (event 4) → 0 B  [phases]",
+		}},
+		{"per kind without steps", slices.Repeat([]Stage{pre}, 10), []string{
+			"    forward   1.0 MiB at event 4",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := stagesText(tc.stages, len(tc.stages))
+			for _, w := range tc.want {
+				if !strings.Contains(got, w+"\n") {
+					t.Errorf("missing %q in\n%s", w, got)
+				}
+			}
+			if strings.Contains(got, "step -1") || (!slices.ContainsFunc(tc.stages, func(s Stage) bool { return s.Step >= 0 }) && strings.Contains(got, "step")) {
+				t.Errorf("step -1 in\n%s", got)
+			}
+		})
+	}
+}
