@@ -112,9 +112,12 @@ type Summary struct {
 	Annotations       int                        `json:"annotations"`
 	AllocatorSettings snapshot.AllocatorSettings `json:"allocator_settings"`
 	Capabilities      snapshot.Capabilities      `json:"capabilities"`
-	CannotAnswer      string                     `json:"cannot_answer"`
-	Notes             []string                   `json:"notes"`
-	rankDevices       []int                      // rank of each Devices entry, for the text
+	// VisibleDevices is how many devices the file lists a trace for (device_traces has one
+	// list per device the process could see, used or not); 0 where the format has none.
+	VisibleDevices int      `json:"visible_devices"`
+	CannotAnswer   string   `json:"cannot_answer"`
+	Notes          []string `json:"notes"`
+	rankDevices    []int    // rank of each Devices entry, for the text
 }
 
 // Summarize computes the summary of one snapshot.
@@ -144,9 +147,28 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 		s.Totals.add(ds.MemoryTotals)
 		s.OOMs += ds.OOMs
 	}
+	s.VisibleDevices = len(snap.DeviceTraces)
 	s.CannotAnswer = cannotAnswer(snap.Caps, snap.Format)
+	if n := emptySnapshot(snap); n != "" {
+		s.Notes = append(s.Notes, n)
+	}
 	s.Notes = append(s.Notes, deviceImbalance(s.Devices)...)
 	return s, nil
+}
+
+// emptySnapshot says what a file with no segment and no trace event can mean, so that its
+// zeros are not read as a healthy run, and its device_traces lists not as the ranks of a job
+// (answer key #8: four empty lists from one process).
+func emptySnapshot(snap *snapshot.Snapshot) string {
+	if len(snap.Devices()) > 0 {
+		return ""
+	}
+	lists := ""
+	if n := len(snap.DeviceTraces); n > 0 {
+		lists = fmt.Sprintf(" it lists %s (one trace list per device this process could see: not ranks of a job), all empty;", count(n, "visible device"))
+	}
+	return "note: nothing to diagnose: no memory was reserved on any device and no allocation was recorded;" + lists +
+		" the snapshot was taken before the first CUDA allocation, after everything was freed and released, or by a process that did not use these GPUs, so it says nothing about leaks, peaks or health"
 }
 
 // deviceImbalance calls out one device holding far more than the others of one process (a

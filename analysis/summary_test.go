@@ -3,6 +3,8 @@ package analysis
 import (
 	"context"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis/load"
@@ -70,5 +72,40 @@ func TestReplayPeaksLateStart(t *testing.T) {
 	full, _ := ReplayDevice(context.Background(), snap, ReplayOptions{})
 	if full.PeakAllocatedBytes != p.allocated {
 		t.Fatalf("full replay peak %d", full.PeakAllocatedBytes)
+	}
+}
+
+// TestSummarizeEmptySnapshot: answer key #8 is four empty device_traces lists and no segment,
+// from one process: the summary says there is nothing to diagnose and that the four lists are
+// visible devices, not ranks; a file with memory gets no such note.
+func TestSummarizeEmptySnapshot(t *testing.T) {
+	cases := []struct {
+		file    string
+		visible int
+		note    string
+	}{
+		{"pt2.5plus_empty_4-devices.pickle", 4, "note: nothing to diagnose: no memory was reserved on any device and no allocation was recorded; it lists 4 visible devices (one trace list per device this process could see: not ranks of a job), all empty; the snapshot was taken before the first CUDA allocation, after everything was freed and released, or by a process that did not use these GPUs, so it says nothing about leaks, peaks or health"},
+		{"pt2.5plus_tiny_two-devices_expandable_no-trace.pickle", 2, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			s, err := Summarize(context.Background(), realFile(t, tc.file), SummaryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := []string{}
+			for _, n := range s.Notes {
+				if strings.HasPrefix(n, "note: nothing to diagnose") {
+					notes = append(notes, n)
+				}
+			}
+			want := []string{}
+			if tc.note != "" {
+				want = []string{tc.note}
+			}
+			if s.VisibleDevices != tc.visible || !slices.Equal(notes, want) {
+				t.Fatalf("visible devices %d, notes %q; want %d, %q", s.VisibleDevices, notes, tc.visible, want)
+			}
+		})
 	}
 }

@@ -388,6 +388,7 @@ var fieldDocs = map[string]string{
 	"Summary.AllocatorSettings":             "allocator_settings when the file has them",
 	"Summary.Capabilities":                  "What the file can answer",
 	"Summary.CannotAnswer":                  "One line on what this file cannot tell",
+	"Summary.VisibleDevices":                "How many devices the file lists a trace for: one list per device the process could see, used or not (not ranks of a job); 0 where the format has none",
 	"Summary.Notes":                         "Observations worth acting on (e.g. an outlier rank)",
 	// analysis/timeline.go (moved from jsonschema tags)
 	"TimelineBand.Band":                 "Index of the band: bands are stacked in this order (0 at the bottom), long-lived roles first",
