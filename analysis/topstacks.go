@@ -6,6 +6,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -49,6 +50,9 @@ type TopSite struct {
 	// every allocation the trace made in this group, freed or not.
 	TraceAllocs     int   `json:"trace_allocs,omitempty"`
 	TraceAllocBytes int64 `json:"trace_alloc_bytes,omitempty"`
+	// Devices (every device of a file with more than one) are the devices holding the
+	// group's blocks: a row sums them, so a row on two devices is two GPUs' memory.
+	Devices []int `json:"devices,omitempty"`
 }
 
 // Site kinds of rows grouped by label instead of by frame.
@@ -134,6 +138,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		allOther bool  // every block's category is "other" (container candidates)
 		allocs   []int // trace events that allocated the group's live blocks
 		dev      int
+		devs     []int // the devices holding the group's blocks
 		// roleBytes (label groups): bytes per role; the row shows the largest
 		roleBytes map[string]int64
 		rep       representative
@@ -231,6 +236,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 					label = LabelInactive
 				}
 				g := labelRow(label, dev)
+				if !slices.Contains(g.devs, dev) {
+					g.devs = append(g.devs, dev)
+				}
 				g.ts.Bytes += b.Size
 				g.ts.Blocks++
 				g.roleBytes[at.Category] += b.Size
@@ -277,6 +285,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				}
 				groups[key] = g
 			}
+			if !slices.Contains(g.devs, dev) {
+				g.devs = append(g.devs, dev)
+			}
 			g.ts.Bytes += b.Size
 			g.ts.Blocks++
 			g.sizes.add(b.Size)
@@ -317,7 +328,12 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	}
 	var retainedBytes int64 // groups of a retained graph
 	retainedGroups := 0
+	devices := snap.Devices()
+	multiDevice := opt.Device < 0 && len(devices) > 1
 	for _, g := range groups {
+		if multiDevice && len(g.devs) > 0 {
+			g.ts.Devices = slices.Sorted(slices.Values(g.devs))
+		}
 		if byLabel {
 			g.ts.Category, g.ts.Evidence = dominantRole(g.roleBytes, opt.GroupBy)
 			g.ts.RetainedGraph = false
@@ -348,11 +364,24 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		r.Notes = append(r.Notes, fmt.Sprintf("a retained autograd graph: %s of forward activations in %s (retained_graph) are still alive after the backward pass that followed them, like the per-layer activations of that pass, where backward frees what the graph saved: a reference your code keeps to the loss or the outputs holds the graph; del outputs and loss after backward and keep loss.item()",
 			FormatBytes(retainedBytes), count(retainedGroups, "group")))
 	}
+	if multiDevice {
+		r.Notes = append(r.Notes, fmt.Sprintf("the rows sum %s (%s): a row's bytes can be on more than one GPU (devices says which); pass a device for one GPU's memory",
+			count(len(devices), "device"), joinInts(devices)))
+	}
 	r.Notes = append(r.Notes, capsNotes(snap, noStack, emptyStack)...)
 	if opt.State == "inactive" {
 		r.Notes = append(r.Notes, "inactive blocks keep the stack of their last use; it says who freed-up memory belonged to, not who holds it")
 	}
 	return r, nil
+}
+
+// joinInts lists numbers as "0, 1, 2".
+func joinInts(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // blockInfo is a block's role and the trace event that allocated it (Roles.BlockInfo).
@@ -446,6 +475,13 @@ func (r *TopStacksResult) Text() string {
 		}
 		if s.Blocks > 0 || s.TraceAllocs == 0 {
 			fmt.Fprintf(&b, "  [%s]", s.Category)
+		}
+		switch len(s.Devices) {
+		case 0:
+		case 1:
+			fmt.Fprintf(&b, "  on device %d", s.Devices[0])
+		default:
+			fmt.Fprintf(&b, "  on devices %s", joinInts(s.Devices))
 		}
 		if s.TraceAllocs > 0 {
 			fmt.Fprintf(&b, "  (trace: %s, %s in all", count(s.TraceAllocs, "allocation"), FormatBytes(s.TraceAllocBytes))

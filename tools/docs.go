@@ -51,6 +51,7 @@ var fieldDocs = map[string]string{
 	// analysis.TopSite
 	"TopSite.Bytes":         "Bytes of the group's blocks",
 	"TopSite.Blocks":        "Number of blocks in the group",
+	"TopSite.Devices":       "The devices holding the group's blocks, given when the file has more than one device and no device was asked for: the row sums them",
 	"TopSite.Percent":       "Share of total_bytes",
 	"TopSite.Category":      "Role: parameter, gradient, optimizer_state, activation (saved for backward), temporary, backward_temporary, communication, kv_cache, autocast_cache, workspace, user_container (a user-code site accumulating across steps) or other; decided by the frames nearest the allocation and the trace's timing",
 	"TopSite.Evidence":      "Why the category was guessed",

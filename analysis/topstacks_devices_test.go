@@ -1,0 +1,47 @@
+package analysis
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestTopStacksDevices: answer key #7 holds one cuBLAS workspace (8,519,680 B) on each of two
+// devices and two small blocks on device 0. Over every device the workspace row says it sums
+// both GPUs; asked for one device, rows carry no device list and no such note.
+func TestTopStacksDevices(t *testing.T) {
+	snap := realFile(t, "pt2.5plus_tiny_two-devices_expandable_no-trace.pickle")
+	const sumNote = "the rows sum 2 devices (0, 1): a row's bytes can be on more than one GPU (devices says which); pass a device for one GPU's memory"
+	cases := []struct {
+		device int
+		rows   []string
+		note   bool
+		text   string
+	}{
+		{AllDevices, []string{"workspace 17039360 [0 1]", "other 45056 [0]"}, true, "[workspace]  on devices 0, 1\n"},
+		{0, []string{"workspace 8519680 []", "other 45056 []"}, false, "[workspace]\n"},
+		{1, []string{"workspace 8519680 []"}, false, "[workspace]\n"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprint(tc.device), func(t *testing.T) {
+			r, err := TopStacks(snap, TopStacksOptions{Device: tc.device})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rows []string
+			for _, s := range r.Sites {
+				rows = append(rows, fmt.Sprintf("%s %d %v", s.Category, s.Bytes, s.Devices))
+			}
+			if !slices.Equal(rows, tc.rows) {
+				t.Errorf("rows %q, want %q", rows, tc.rows)
+			}
+			if slices.Contains(r.Notes, sumNote) != tc.note {
+				t.Errorf("notes %q", r.Notes)
+			}
+			if !strings.Contains(r.Text(), tc.text) {
+				t.Errorf("no %q in\n%s", tc.text, r.Text())
+			}
+		})
+	}
+}
