@@ -483,7 +483,12 @@ func (s *Summary) Text() string {
 	return b.String()
 }
 
-type peaks struct{ allocated, reserved int64 }
+// peaks are a device's peaks over its trace; requested: the trace records requested sizes
+// (the allocated peak sums them).
+type peaks struct {
+	allocated, reserved int64
+	requested           bool
+}
 
 // replayPeaks gives the same peaks as the full replay (ReplayDevice) from the trace's tally
 // (snapshot.TraceTally), so summarize stays cheap on multi-million-event traces. Blocks alive
@@ -527,10 +532,9 @@ func replayPeaks(snap *snapshot.Snapshot, dev int) peaks {
 			before += size
 		}
 	}
-	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg}
+	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg, requested: requested}
 }
 
-// count renders "1 segment", "3 segments".
 // blocksCol is "blocks" or "block " (padded) for table columns.
 func blocksCol(n int) string {
 	if n == 1 {
@@ -555,6 +559,7 @@ func were(n int) string {
 	return "were"
 }
 
+// count renders "1 segment", "3 segments".
 func count(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun

@@ -83,6 +83,11 @@ type WhatIfFidelity struct {
 	ModelSegmentAllocs        int   `json:"model_segment_allocs"`
 	ModelSegmentMaps          int   `json:"model_segment_maps"`
 	RecordedPeakReservedBytes int64 `json:"recorded_peak_reserved_bytes"`
+	// RecordedPeakAllocatedBytes is the trace's own peak allocated (replay's and summarize's).
+	// SizesAreRequested: the trace records requested sizes, so that peak sums requested bytes
+	// while the replays count rounded blocks, as PyTorch's allocated_bytes does.
+	RecordedPeakAllocatedBytes int64 `json:"recorded_peak_allocated_bytes"`
+	SizesAreRequested          bool  `json:"sizes_are_requested"`
 	// Exact: the baseline reproduces every recorded segment event and OOM and makes no other.
 	Exact bool `json:"exact"`
 	// Checked: the trace holds something to compare (segment events or OOMs).
@@ -339,7 +344,9 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 	}
 	var basePeak, bestPeak int64
 	for _, dr := range all {
-		out.Devices = append(out.Devices, whatIfDevice(dr.t, dr.cap, dr.src, dr.notes, dr.base, dr.runs[best], grid[best], base))
+		d := whatIfDevice(dr.t, dr.cap, dr.src, dr.notes, dr.base, dr.runs[best], grid[best], base)
+		recordedAllocated(snap, &d)
+		out.Devices = append(out.Devices, d)
 		out.ChangeNeeded = out.ChangeNeeded || len(dr.t.OOMs) > 0 || dr.base.Stats.OOMs > 0
 		basePeak += dr.base.Stats.PeakReserved
 		bestPeak += dr.runs[best].Stats.PeakReserved
@@ -486,6 +493,20 @@ func matched(rec, model []allocator.Recorded) (int, int) {
 		return n, model[n].Event
 	}
 	return n, -1
+}
+
+// recordedAllocated sets the trace's own peak allocated on d's fidelity, and says why the
+// replays' peak allocated is above it when the trace records requested sizes: the same run
+// should not read as 105 MiB here and 103 MiB in replay without a reason.
+func recordedAllocated(snap *snapshot.Snapshot, d *WhatIfDevice) {
+	p := replayPeaks(snap, d.Device)
+	f := &d.Fidelity
+	f.RecordedPeakAllocatedBytes, f.SizesAreRequested = p.allocated, p.requested
+	// Only where the text shows two numbers: a few KiB of rounding on 5 GiB is not a question.
+	if p.requested && FormatBytes(d.Baseline.PeakAllocatedBytes) != FormatBytes(p.allocated) {
+		d.Notes = append(d.Notes, fmt.Sprintf("the trace records requested sizes: its own peak allocated (replay, summarize) is %s in requested bytes; the replays count whole blocks as the allocator hands them out (rounded up, and not split when the rest is too small to split), as PyTorch's allocated_bytes does, so the baseline's peak allocated is %s, and a setting that splits differently changes it",
+			FormatBytes(p.allocated), FormatBytes(d.Baseline.PeakAllocatedBytes)))
+	}
 }
 
 func whatIfDevice(t *allocator.Trace, capacity int64, src string, capNotes []string, base, run *allocator.RunResult, what, baseSet allocator.Settings) WhatIfDevice {
@@ -647,7 +668,14 @@ func (r *WhatIfResult) Text() string {
 			} else {
 				fmt.Fprintf(&b, ": not exact from event %d", f.FirstMismatchEvent)
 			}
-			fmt.Fprintf(&b, " (recorded peak reserved %s)\n", FormatBytes(f.RecordedPeakReservedBytes))
+			fmt.Fprintf(&b, " (recorded peak reserved %s", FormatBytes(f.RecordedPeakReservedBytes))
+			if f.RecordedPeakAllocatedBytes > 0 {
+				fmt.Fprintf(&b, ", peak allocated %s", FormatBytes(f.RecordedPeakAllocatedBytes))
+				if f.SizesAreRequested {
+					b.WriteString(" in requested bytes")
+				}
+			}
+			b.WriteString(")\n")
 		} else {
 			fmt.Fprintf(&b, "  fidelity: cannot be checked: %s\n", f.Reason)
 		}

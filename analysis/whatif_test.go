@@ -44,17 +44,19 @@ func TestWhatIfFixtures(t *testing.T) {
 		fits      bool
 		headroom  int64
 		baseHead  int64
+		recAlloc  int64 // the trace's own peak allocated
+		recReq    bool  // the trace records requested sizes
 	}{
 		{"fragmentation_oom.pickle", whatIfFixture(t, "fragmentation_oom.pickle"), 1024 * mib, 50, 250, 32 * mib,
-			WhatIfRun{1000 * mib, 1000 * mib, 50, 1}, WhatIfRun{1000 * mib, 950 * mib, 49, 0}, true, 24 * mib, -8 * mib},
+			WhatIfRun{1000 * mib, 1000 * mib, 50, 1}, WhatIfRun{1000 * mib, 950 * mib, 49, 0}, true, 24 * mib, -8 * mib, 996147200, true},
 		{"activation_oom.pickle", whatIfFixture(t, "activation_oom.pickle"), 940 * mib, 32, 76, 64 * mib,
-			WhatIfRun{898 * mib, 939556864, 32, 1}, WhatIfRun{902 * mib, 939556864, 29, 1}, false, -22 * mib, -6 * mib},
+			WhatIfRun{898 * mib, 939556864, 32, 1}, WhatIfRun{902 * mib, 939556864, 29, 1}, false, -22 * mib, -6 * mib, 939556864, false},
 		{"whatif_expandable_avoids.pickle", whatIfFixture(t, "whatif_expandable_avoids.pickle"), avoidTruth.Capacity, avoidTruth.SegmentAllocs, avoidTruth.OOMEvent, avoidTruth.OOM.Requested,
 			WhatIfRun{avoidTruth.PeakReserved, 1680 * mib, 50, 1}, WhatIfRun{avoidTruth.ExpandablePeakReserved, 1798 * mib, avoidTruth.ExpandableSegmentMaps, 0},
-			avoidTruth.ExpandableFits, avoidTruth.ExpandableHeadroom, -2 * mib},
+			avoidTruth.ExpandableFits, avoidTruth.ExpandableHeadroom, -2 * mib, 1680 * mib, false},
 		{"whatif_capacity_oom.pickle", whatIfFixture(t, "whatif_capacity_oom.pickle"), capaTruth.Capacity, capaTruth.SegmentAllocs, capaTruth.OOMEvent, capaTruth.OOM.Requested,
 			WhatIfRun{capaTruth.PeakReserved, 1680 * mib, 50, 1}, WhatIfRun{capaTruth.ExpandablePeakReserved, 1680 * mib, capaTruth.ExpandableSegmentMaps, 1},
-			capaTruth.ExpandableFits, capaTruth.ExpandableHeadroom, -82 * mib},
+			capaTruth.ExpandableFits, capaTruth.ExpandableHeadroom, -82 * mib, 1680 * mib, false},
 	}
 	// The fixtures are what the scenarios write.
 	if len(avoid.DeviceTraces[0]) != len(tests[2].snap.DeviceTraces[0]) || len(capa.DeviceTraces[0]) != len(tests[3].snap.DeviceTraces[0]) {
@@ -74,7 +76,8 @@ func TestWhatIfFixtures(t *testing.T) {
 			}
 			d := r.Devices[0]
 			wantF := WhatIfFidelity{RecordedSegmentAllocs: tc.recorded, ReproducedSegmentAllocs: tc.recorded, RecordedOOMs: 1, ReproducedOOMs: 1,
-				ModelSegmentAllocs: tc.recorded, RecordedPeakReservedBytes: tc.base.PeakReservedBytes, Exact: true, Checked: true, FirstMismatchEvent: -1}
+				ModelSegmentAllocs: tc.recorded, RecordedPeakReservedBytes: tc.base.PeakReservedBytes,
+				RecordedPeakAllocatedBytes: tc.recAlloc, SizesAreRequested: tc.recReq, Exact: true, Checked: true, FirstMismatchEvent: -1}
 			if d.CapacityBytes != tc.capacity || d.CapacitySource != "oom_event" || d.Start != "empty" || d.Fidelity != wantF {
 				t.Errorf("capacity %d %s start %s fidelity %+v", d.CapacityBytes, d.CapacitySource, d.Start, d.Fidelity)
 			}
@@ -357,5 +360,32 @@ func TestWhatIfChangeNeeded(t *testing.T) {
 	}
 	if !r.ChangeNeeded || strings.Contains(strings.Join(r.Notes, " "), "no change needed") || !strings.Contains(r.Text(), ": best of 9 settings tried: ") {
 		t.Errorf("recorded OOM: change needed %v, notes %q", r.ChangeNeeded, r.Notes)
+	}
+}
+
+// TestWhatIfRequestedSizes: the eornn CNN trace records requested sizes; the what-if's
+// fidelity carries the trace's own peak allocated, the same as replay's, and a note says why
+// the baseline's (rounded, unsplit blocks) is higher, instead of two peaks of one run that
+// disagree without a reason.
+func TestWhatIfRequestedSizes(t *testing.T) {
+	snap := realFile(t, "pt2.2_repeated-snapshot-events_cnn-counterfactuals_eornn.pickle")
+	r, err := WhatIf(context.Background(), snap, nil, WhatIfOptions{Settings: expandableOn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := ReplayDevice(context.Background(), snap, ReplayOptions{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Devices[0]
+	if f := d.Fidelity; f.RecordedPeakAllocatedBytes != 108258676 || rep.PeakAllocatedBytes != 108258676 || !f.SizesAreRequested || d.Baseline.PeakAllocatedBytes != 110110720 {
+		t.Fatalf("recorded %d (replay %d), requested %v, baseline %d", f.RecordedPeakAllocatedBytes, rep.PeakAllocatedBytes, f.SizesAreRequested, d.Baseline.PeakAllocatedBytes)
+	}
+	note := "the trace records requested sizes: its own peak allocated (replay, summarize) is 103 MiB in requested bytes; the replays count whole blocks as the allocator hands them out (rounded up, and not split when the rest is too small to split), as PyTorch's allocated_bytes does, so the baseline's peak allocated is 105 MiB, and a setting that splits differently changes it"
+	if !slices.Contains(d.Notes, note) {
+		t.Errorf("notes %q", d.Notes)
+	}
+	if !strings.Contains(r.Text(), "(recorded peak reserved 128 MiB, peak allocated 103 MiB in requested bytes)\n") {
+		t.Errorf("text:\n%s", r.Text())
 	}
 }

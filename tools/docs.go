@@ -461,6 +461,8 @@ var fieldDocs = map[string]string{
 	"WhatIfFidelity.ModelSegmentAllocs":         "cudaMalloc calls the baseline replay made in all (equal to recorded_segment_allocs when the replay is exact)",
 	"WhatIfFidelity.ModelSegmentMaps":           "segment_map calls the baseline replay made in all",
 	"WhatIfFidelity.RecordedPeakReservedBytes":  "Peak reserved bytes of the recording (its segment events replayed from the start state)",
+	"WhatIfFidelity.RecordedPeakAllocatedBytes": "The trace's own peak allocated bytes (the same as replay's and summarize's)",
+	"WhatIfFidelity.SizesAreRequested":          "The trace records requested sizes: recorded_peak_allocated_bytes sums them, while the replays count whole rounded blocks as PyTorch's allocated_bytes does",
 	"WhatIfFidelity.Exact":                      "The baseline reproduces every recorded segment_alloc / segment_map (sizes and order) and every recorded OOM, and makes no other cudaMalloc and no other OOM: the what-if numbers come from a replay that matches the recording",
 	"WhatIfFidelity.Checked":                    "The trace holds segment events or OOMs to compare the baseline with; false when it records none (a warm cache): then fidelity cannot be checked and reason says so",
 	"WhatIfFidelity.FirstMismatchEvent":         "Index in device_traces[device] where the baseline first departs from the recording (-1: it never does)",
