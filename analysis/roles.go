@@ -76,6 +76,9 @@ type deviceRoles struct {
 	steps       StepInfo
 	workload    string
 	evidence    string
+	// bwMade and bwHandedOff (see backwardSizes), once bwSizesOnce has run
+	bwMade, bwHandedOff map[int64]int
+	bwSizesOnce         sync.Once
 	// lifetimes (see Roles.lifetimes), nil until first needed
 	stats    []lifeStats    // by stack id + 1 (NoStack is -1)
 	fates    []fate         // per alloc event: how that allocation ended
@@ -522,6 +525,70 @@ func (d *deviceRoles) phaseRuns() {
 			}
 		}
 	})
+}
+
+// backwardSizes counts, by block size (as recorded, and rounded up to 512 B when not a
+// multiple), the allocations of the device's backward passes (made) and those of them still
+// alive after their pass's last allocation (handedOff): what backward hands to a leaf's .grad
+// without a copy, when the gradient did not exist yet, lives on after the pass, where the
+// gradients it computes to add into existing ones are freed inside it (but for the pass's
+// last). A gradient freed by zero_grad before the next phase counts as handed off: it outlived
+// the pass's work, though not its phase run. Only for a device with a trace; worked out once,
+// when first asked.
+func (d *deviceRoles) backwardSizes() (made, handedOff map[int64]int) {
+	d.bwSizesOnce.Do(func() {
+		d.phaseRuns()
+		x := d.index
+		d.bwMade, d.bwHandedOff = map[int64]int{}, map[int64]int{}
+		add := func(m map[int64]int, size int64) {
+			m[size]++
+			if r := (size + 511) / 512 * 512; r != size {
+				m[r]++
+			}
+		}
+		lastAlloc := make([]int, len(d.runStarts))
+		run := 0
+		for i := range d.evs {
+			for run+1 < len(d.runStarts) && d.runStarts[run+1] <= i {
+				run++
+			}
+			if d.evs[i].Action == snapshot.ActionAlloc {
+				lastAlloc[run] = i
+			}
+		}
+		live := make([]int32, len(x.Blocks))    // 1 + the backward alloc alive at the block, 0: none
+		liveRun := make([]int32, len(x.Blocks)) // its phase run
+		run = 0
+		for i := range d.evs {
+			for run+1 < len(d.runStarts) && d.runStarts[run+1] <= i {
+				run++
+			}
+			switch d.evs[i].Action {
+			case snapshot.ActionAlloc:
+				id := x.Slot[i]
+				live[id] = 0
+				if d.phases[i] == phaseBackward {
+					live[id], liveRun[id] = int32(i)+1, int32(run)
+					add(d.bwMade, d.evs[i].Size)
+				}
+			case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+				id := x.Slot[i]
+				if uint(id) >= uint(len(live)) || live[id] == 0 {
+					continue
+				}
+				if i > lastAlloc[liveRun[id]] {
+					add(d.bwHandedOff, d.evs[live[id]-1].Size)
+				}
+				live[id] = 0
+			}
+		}
+		for _, m := range live {
+			if m > 0 {
+				add(d.bwHandedOff, d.evs[m-1].Size)
+			}
+		}
+	})
+	return d.bwMade, d.bwHandedOff
 }
 
 // countStack counts an alloc event of a stack a per-stack table does not reach yet (growing

@@ -50,6 +50,10 @@ type TopSite struct {
 	// every allocation the trace made in this group, freed or not.
 	TraceAllocs     int   `json:"trace_allocs,omitempty"`
 	TraceAllocBytes int64 `json:"trace_alloc_bytes,omitempty"`
+	// WithGradients: frameless memory from before the trace, on a device whose traced backward
+	// pass allocated no gradient that stays alive, so the .grad tensors were already there
+	// and are most likely part of it, with the weights (a guess; the evidence says why).
+	WithGradients bool `json:"with_gradients,omitempty"`
 	// Devices (every device of a file with more than one) are the devices holding the
 	// group's blocks: a row sums them, so a row on two devices is two GPUs' memory.
 	Devices []int `json:"devices,omitempty"`
@@ -146,6 +150,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	groups := map[string]*agg{}
 	var keys siteKeys
 	noStack, emptyStack := 0, 0
+	gradInTrace := map[int]bool{} // devices where a live gradient was allocated in the trace
 	labels := map[int]eventLabels{}
 	labelsOf := func(dev int) eventLabels {
 		l, ok := labels[dev]
@@ -294,6 +299,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g.allOther = g.allOther && (at.Category == CategoryOther || at.Category == CategoryUserContainer)
 			if allocIdx >= 0 {
 				g.allocs = append(g.allocs, allocIdx)
+				if at.Category == CategoryGradient {
+					gradInTrace[dev] = true
+				}
 			}
 			if g.rep.take(at.Category, b.Size, b.Stack, b.Address) {
 				g.topSize, g.topID = b.Size, b.Stack
@@ -343,6 +351,11 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = CategoryUserContainer, ev, false
 			}
 		}
+		if !byLabel && opt.State == "allocated" && g.ts.Category == CategoryParameter && g.ts.Kind == SiteKindNone && len(g.allocs) == 0 &&
+			weightsWithGradients(roles, g.devs, g.sizes, g.ts.Bytes, g.ts.Blocks, gradInTrace) {
+			g.ts.WithGradients = true
+			g.ts.Evidence = "guess: no frames because it was allocated before recording started, and it is still alive; the trace's backward pass computes gradients of these blocks' sizes but keeps almost none of them after the pass, so it added them into .grad tensors that were already there: most likely the weights and their gradients, up to half of it gradients (they stay from step to step without zero_grad(set_to_none=True)); optimizer state kept from an earlier step looks the same"
+		}
 		if g.ts.RetainedGraph {
 			retainedBytes += g.ts.Bytes
 			retainedGroups++
@@ -373,6 +386,39 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		r.Notes = append(r.Notes, "inactive blocks keep the stack of their last use; it says who freed-up memory belonged to, not who holds it")
 	}
 	return r, nil
+}
+
+// weightsWithGradients: frameless blocks from before the trace (sizes, bytes in blocks)
+// most likely hold gradients as well as weights when, on each of devs, the trace's backward
+// pass computes gradients of their sizes (allocations of those sizes cover at least a quarter
+// of their bytes: weights that train; frozen ones get none) and keeps almost none of them
+// (fewer than a tenth as many as the blocks): it added them into .grad tensors that were
+// already there. After zero_grad(set_to_none=True) it hands each to its .grad instead, which
+// outlives the pass; a gradient alive at the end, or an alloc accumulating into a leaf's
+// .grad, says the same.
+func weightsWithGradients(roles *Roles, devs []int, sizes sizeHist, bytes int64, blocks int, gradInTrace map[int]bool) bool {
+	for _, dev := range devs {
+		d := roles.device(dev)
+		if !d.hasTrace || d.allocs[phaseBackward] == 0 || gradInTrace[dev] {
+			return false
+		}
+		made, handedOff := d.backwardSizes()
+		var computed int64
+		kept := 0
+		for size, n := range sizes {
+			computed += size * int64(min(made[size], n))
+			kept += min(handedOff[size], n)
+		}
+		if computed*4 < bytes || kept*10 >= blocks {
+			return false
+		}
+		for k, n := range d.allocsByStack {
+			if n > 0 && roles.attr(snapshot.StackID(k-1)).ctx == ctxGradient {
+				return false
+			}
+		}
+	}
+	return len(devs) > 0
 }
 
 // joinInts lists numbers as "0, 1, 2".
@@ -491,7 +537,7 @@ func (r *TopStacksResult) Text() string {
 			b.WriteString(")")
 		}
 		b.WriteString("\n")
-		if (s.RetainedGraph || s.Category == CategoryUserContainer) && s.Percent >= 1 {
+		if (s.RetainedGraph || s.WithGradients || s.Category == CategoryUserContainer) && s.Percent >= 1 {
 			// A role from how the blocks outlived their pass: the reason is the finding (of
 			// rows that hold enough to matter).
 			fmt.Fprintf(&b, "      why: %s\n", s.Evidence)

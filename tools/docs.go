@@ -51,6 +51,7 @@ var fieldDocs = map[string]string{
 	// analysis.TopSite
 	"TopSite.Bytes":         "Bytes of the group's blocks",
 	"TopSite.Blocks":        "Number of blocks in the group",
+	"TopSite.WithGradients": "Frameless memory from before the trace that most likely holds the weights' gradients as well as the weights: the trace's backward computes gradients of its sizes and adds them into existing .grad tensors (a guess; evidence says why)",
 	"TopSite.Devices":       "The devices holding the group's blocks, given when the file has more than one device and no device was asked for: the row sums them",
 	"TopSite.Percent":       "Share of total_bytes",
 	"TopSite.Category":      "Role: parameter, gradient, optimizer_state, activation (saved for backward), temporary, backward_temporary, communication, kv_cache, autocast_cache, workspace, user_container (a user-code site accumulating across steps) or other; decided by the frames nearest the allocation and the trace's timing",
