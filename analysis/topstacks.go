@@ -336,7 +336,17 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	}
 	var retainedBytes int64 // groups of a retained graph
 	retainedGroups := 0
-	devices := snap.Devices()
+	// The devices holding the rows' blocks: a file's other devices (a trace list with an
+	// event or two and no segment, as in a state-only file) do not split anything.
+	var devices []int
+	for _, g := range groups {
+		for _, d := range g.devs {
+			if !slices.Contains(devices, d) {
+				devices = append(devices, d)
+			}
+		}
+	}
+	slices.Sort(devices)
 	multiDevice := opt.Device < 0 && len(devices) > 1
 	for _, g := range groups {
 		if multiDevice && len(g.devs) > 0 {

@@ -45,3 +45,25 @@ func TestTopStacksDevices(t *testing.T) {
 		})
 	}
 }
+
+// TestTopStacksOneDeviceHoldsAll: answer key #3 has every segment on device 1 and a one-event
+// trace list per device: its rows are one GPU's, with no device list and no note.
+func TestTopStacksOneDeviceHoldsAll(t *testing.T) {
+	r, err := TopStacks(realFile(t, "pt2.2_state-only_device1_diffusion.pickle"), TopStacksOptions{Device: AllDevices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Sites {
+		if len(s.Devices) > 0 {
+			t.Fatalf("row %s has devices %v", s.Site, s.Devices)
+		}
+	}
+	for _, n := range r.Notes {
+		if strings.HasPrefix(n, "the rows sum") {
+			t.Fatalf("note %q", n)
+		}
+	}
+	if r.TotalBlocks != 6240 || strings.Contains(r.Text(), "on device") {
+		t.Fatalf("%d blocks; text:\n%s", r.TotalBlocks, r.Text())
+	}
+}
