@@ -43,9 +43,15 @@ type TopSite struct {
 	RetainedGraph bool `json:"retained_graph,omitempty"`
 	// Stack is a representative filtered stack: the user frames plus the nearest library frame.
 	Stack []string `json:"stack"`
-	// StackID is the snapshot stack the representative stack comes from (the group's largest
-	// block's): read it whole with read-raw-section stacks[ID]; -1 when no stack was recorded.
+	// StackID is the snapshot stack the representative stack comes from: the one holding the
+	// most of the group's bytes (a block your code holds past its pass first; for group_by
+	// annotation or compile_context, the largest block's). Read it whole with read-raw-section
+	// stacks[ID]; -1 when no stack was recorded.
 	StackID int `json:"stack_id"`
+	// Stacks counts the distinct stacks (call paths) of the group's blocks; StackBytes is how
+	// much of the group the representative stack holds. group_by stack splits a row by them.
+	Stacks     int   `json:"stacks"`
+	StackBytes int64 `json:"stack_bytes"`
 	// TraceAllocs and TraceAllocBytes (group_by annotation or compile_context, with a trace):
 	// every allocation the trace made in this group, freed or not.
 	TraceAllocs     int   `json:"trace_allocs,omitempty"`
@@ -143,6 +149,10 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		allocs   []int // trace events that allocated the group's live blocks
 		dev      int
 		devs     []int // the devices holding the group's blocks
+		// stackBytes and stackAt: the group's bytes per stack, and each stack's filtered
+		// frames (a row's blocks can come from several call paths: the one holding most speaks)
+		stackBytes map[snapshot.StackID]int64
+		stackAt    map[snapshot.StackID][]string
 		// roleBytes (label groups): bytes per role; the row shows the largest
 		roleBytes map[string]int64
 		rep       representative
@@ -277,7 +287,8 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g := groups[key]
 			if g == nil {
 				g = &agg{ts: TopSite{SiteIdentity: at.SiteIdentity, Category: at.Category, Evidence: at.Evidence, RetainedGraph: at.retained, Stack: at.Stack},
-					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: dev}
+					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: dev,
+					stackBytes: map[snapshot.StackID]int64{}, stackAt: map[snapshot.StackID][]string{}}
 				switch opt.GroupBy {
 				case "file":
 					if at.File != "" {
@@ -296,6 +307,10 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g.ts.Bytes += b.Size
 			g.ts.Blocks++
 			g.sizes.add(b.Size)
+			if _, ok := g.stackBytes[b.Stack]; !ok {
+				g.stackAt[b.Stack] = at.Stack
+			}
+			g.stackBytes[b.Stack] += b.Size
 			g.allOther = g.allOther && (at.Category == CategoryOther || at.Category == CategoryUserContainer)
 			if allocIdx >= 0 {
 				g.allocs = append(g.allocs, allocIdx)
@@ -369,6 +384,20 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		if g.ts.RetainedGraph {
 			retainedBytes += g.ts.Bytes
 			retainedGroups++
+		}
+		if len(g.stackBytes) > 1 && !g.rep.held {
+			best := g.topID
+			for id, n := range g.stackBytes {
+				if n > g.stackBytes[best] || (n == g.stackBytes[best] && id < best) {
+					best = id
+				}
+			}
+			g.topID, g.ts.Stack = best, g.stackAt[best]
+		}
+		g.ts.Stacks = max(len(g.stackBytes), 1)
+		g.ts.StackBytes = g.ts.Bytes
+		if n, ok := g.stackBytes[g.topID]; ok {
+			g.ts.StackBytes = n
 		}
 		g.ts.Percent = pct(g.ts.Bytes, r.TotalBytes)
 		g.ts.StackID = max(int(g.topID), -1)
@@ -554,6 +583,9 @@ func (r *TopStacksResult) Text() string {
 		}
 		for _, f := range s.Stack {
 			fmt.Fprintf(&b, "      %s\n", f)
+		}
+		if s.Stacks > 1 && len(s.Stack) > 0 && r.GroupBy != "stack" {
+			fmt.Fprintf(&b, "      (this call path holds %s of the row's %s: 1 of %s; group by stack to see each)\n", FormatBytes(s.StackBytes), FormatBytes(s.Bytes), count(s.Stacks, "stack"))
 		}
 	}
 	if len(r.Sites) < r.Groups {

@@ -67,3 +67,25 @@ func TestTopStacksOneDeviceHoldsAll(t *testing.T) {
 		t.Fatalf("%d blocks; text:\n%s", r.TotalBlocks, r.Text())
 	}
 }
+
+// TestTopStacksRepresentativeStack: answer key #1's one row (FlexGen's weights, 11.0 GiB from
+// pytorch_backend.py:190) comes from three call paths: the MLP's init_weight (flex_opt.py:507:
+// 56×128 MiB + 28×32 KiB + 84×8 KiB), the attention's (:319) and the embeddings' (:171, the
+// largest block). The row shows the path that holds the most, not the largest block's.
+func TestTopStacksRepresentativeStack(t *testing.T) {
+	r, err := TopStacks(realFile(t, "pt2.0_legacy-history_flexgen-opt.pickle"), TopStacksOptions{Device: AllDevices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Sites) != 1 {
+		t.Fatalf("%d rows", len(r.Sites))
+	}
+	s := r.Sites[0]
+	const mlp = 56*128<<20 + 28*32<<10 + 84*8<<10
+	if s.Stacks != 3 || s.StackBytes != mlp || s.Bytes != 11840159744 || !slices.Contains(s.Stack, "FlexGen/flexgen/flex_opt.py:507 in init_weight") {
+		t.Fatalf("stacks %d, stack bytes %d of %d, stack %q", s.Stacks, s.StackBytes, s.Bytes, s.Stack)
+	}
+	if !strings.Contains(r.Text(), "      (this call path holds 7.0 GiB of the row's 11.0 GiB: 1 of 3 stacks; group by stack to see each)\n") {
+		t.Errorf("text:\n%s", r.Text())
+	}
+}
