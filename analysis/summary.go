@@ -75,6 +75,10 @@ type TraceSummary struct {
 	PeakAllocatedBytes int64         `json:"peak_allocated_bytes"`
 	PeakReservedBytes  int64         `json:"peak_reserved_bytes"`
 	Incomplete         bool          `json:"incomplete"`
+	// SizesAreRequested: the trace records requested sizes, so peak_allocated_bytes sums
+	// requested bytes, below the rounded block sizes allocated_bytes counts (it can read
+	// lower than the final allocated of a run that ends at its peak).
+	SizesAreRequested bool `json:"sizes_are_requested"`
 }
 
 // DeviceSummary is one device's memory.
@@ -270,6 +274,7 @@ func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) Devic
 	ds.Trace.Incomplete = snap.Caps.TraceIncomplete
 	peaks := replayPeaks(snap, dev)
 	ds.Trace.PeakAllocatedBytes, ds.Trace.PeakReservedBytes = peaks.allocated, peaks.reserved
+	ds.Trace.SizesAreRequested = peaks.requested && ds.Trace.Events > 0
 	return ds
 }
 
@@ -460,7 +465,11 @@ func (s *Summary) Text() string {
 				fmt.Fprintf(&b, " over %.3f s", float64(tr.DurationUS)/1e6)
 			}
 			if s.Capabilities.HasTrace {
-				fmt.Fprintf(&b, "; peak allocated %s, peak reserved %s", FormatBytes(tr.PeakAllocatedBytes), FormatBytes(tr.PeakReservedBytes))
+				fmt.Fprintf(&b, "; peak allocated %s", FormatBytes(tr.PeakAllocatedBytes))
+				if tr.SizesAreRequested {
+					b.WriteString(" (requested bytes, as the trace records them)")
+				}
+				fmt.Fprintf(&b, ", peak reserved %s", FormatBytes(tr.PeakReservedBytes))
 			} else {
 				b.WriteString("; not a trace (state only): no peak")
 			}

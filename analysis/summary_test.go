@@ -109,3 +109,33 @@ func TestSummarizeEmptySnapshot(t *testing.T) {
 		})
 	}
 }
+
+// TestSummarizeSizesAreRequested: answer key #5 ends at its peak (16.52 GiB in rounded
+// blocks), and its trace records requested sizes, so the trace's peak (16.39 GiB) reads below
+// the final allocated: the summary says the peak is in requested bytes. The qwen2 trace
+// records block sizes.
+func TestSummarizeSizesAreRequested(t *testing.T) {
+	cases := []struct {
+		file            string
+		requested       bool
+		peak, allocated int64
+	}{
+		{realCompileForward, true, 17602723840, 17738153984},
+		{"pt2.5-2.7_hf-qwen2-inference_segment-free-churn_sqattn.pickle", false, 4351237120, 215105536},
+	}
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			s, err := Summarize(context.Background(), realFile(t, tc.file), SummaryOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := s.Devices[0]
+			if d.Trace.SizesAreRequested != tc.requested || d.Trace.PeakAllocatedBytes != tc.peak || d.AllocatedBytes != tc.allocated {
+				t.Fatalf("requested %v, peak %d, allocated %d", d.Trace.SizesAreRequested, d.Trace.PeakAllocatedBytes, d.AllocatedBytes)
+			}
+			if strings.Contains(s.Text(), "(requested bytes, as the trace records them)") != tc.requested {
+				t.Errorf("text:\n%s", s.Text())
+			}
+		})
+	}
+}
