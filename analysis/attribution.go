@@ -146,6 +146,10 @@ type Attribution struct {
 	gradFnFrame string // the frame that says so
 	hint        string // a frame that says the workload is inference (generate, serving engines)
 	retained    bool   // a forward block alive after its backward pass, as its pass's whole graph (heldByCaller)
+	// callPath names the stack's path through the user's own code (its user frames; the model
+	// frames when it has none): stacks that differ only inside libraries, torch or generated
+	// code (a layer's attn1 and attn2, inductor's kernel lines) share it. Empty without either.
+	callPath string
 }
 
 type frameKind uint8
@@ -462,6 +466,7 @@ func (a *Attributor) attribute(frames []*frameInfo, noStack bool, caps snapshot.
 		at.UserSite, at.UserFile, at.UserLine, at.UserFunction = f.site, f.f.Filename, f.f.Line, f.f.Name
 	}
 	at.Stack = filteredStack(frames, modelIdx, torchIdx)
+	at.callPath = callPath(frames)
 	classify(&at, frames, modelIdx, noStack, caps)
 	for _, f := range frames {
 		if f.rule >= 0 {
@@ -482,6 +487,23 @@ func cppOp(frames []*frameInfo) string {
 		}
 	}
 	return ""
+}
+
+// callPath joins the user frames (the model frames when there are none), innermost first.
+func callPath(frames []*frameInfo) string {
+	var b strings.Builder
+	for _, want := range []frameKind{kindUser, kindModelLib} {
+		for _, f := range frames {
+			if f.kind == want || (want == kindModelLib && f.kind.isModel()) {
+				b.WriteString(f.str)
+				b.WriteByte('\n')
+			}
+		}
+		if b.Len() > 0 {
+			break
+		}
+	}
+	return b.String()
 }
 
 // filteredStack: the nearest library/torch frame inside the site, then the model and user

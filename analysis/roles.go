@@ -78,6 +78,7 @@ type deviceRoles struct {
 	evidence    string
 	// bwMade and bwHandedOff (see backwardSizes), once bwSizesOnce has run
 	bwMade, bwHandedOff map[int64]int
+	bwPasses            int
 	bwSizesOnce         sync.Once
 	// lifetimes (see Roles.lifetimes), nil until first needed
 	stats    []lifeStats    // by stack id + 1 (NoStack is -1)
@@ -535,11 +536,19 @@ func (d *deviceRoles) phaseRuns() {
 // last). A gradient freed by zero_grad before the next phase counts as handed off: it outlived
 // the pass's work, though not its phase run. Only for a device with a trace; worked out once,
 // when first asked.
-func (d *deviceRoles) backwardSizes() (made, handedOff map[int64]int) {
+//
+// passes counts the backward passes (the phase runs of the backward phase; recomputation
+// under activation checkpointing can split one pass into several).
+func (d *deviceRoles) backwardSizes() (made, handedOff map[int64]int, passes int) {
 	d.bwSizesOnce.Do(func() {
 		d.phaseRuns()
 		x := d.index
 		d.bwMade, d.bwHandedOff = map[int64]int{}, map[int64]int{}
+		for _, p := range d.runPhases {
+			if p == phaseBackward {
+				d.bwPasses++
+			}
+		}
 		add := func(m map[int64]int, size int64) {
 			m[size]++
 			if r := (size + 511) / 512 * 512; r != size {
@@ -588,7 +597,7 @@ func (d *deviceRoles) backwardSizes() (made, handedOff map[int64]int) {
 			}
 		}
 	})
-	return d.bwMade, d.bwHandedOff
+	return d.bwMade, d.bwHandedOff, d.bwPasses
 }
 
 // countStack counts an alloc event of a stack a per-stack table does not reach yet (growing

@@ -43,15 +43,16 @@ type TopSite struct {
 	RetainedGraph bool `json:"retained_graph,omitempty"`
 	// Stack is a representative filtered stack: the user frames plus the nearest library frame.
 	Stack []string `json:"stack"`
-	// StackID is the snapshot stack the representative stack comes from: the one holding the
-	// most of the group's bytes (a block your code holds past its pass first; for group_by
-	// annotation or compile_context, the largest block's). Read it whole with read-raw-section
-	// stacks[ID]; -1 when no stack was recorded.
+	// StackID is the snapshot stack the representative stack comes from: the largest block's
+	// of the call path holding the most of the group's bytes (a block your code holds past its
+	// pass first, in a site's row). Read it whole with read-raw-section stacks[ID]; -1 when no
+	// stack was recorded.
 	StackID int `json:"stack_id"`
-	// Stacks counts the distinct stacks (call paths) of the group's blocks; StackBytes is how
-	// much of the group the representative stack holds. group_by stack splits a row by them.
-	Stacks     int   `json:"stacks"`
-	StackBytes int64 `json:"stack_bytes"`
+	// CallPaths counts the group's paths through the user's own code (stacks that differ only
+	// inside libraries, torch or generated code are one path); CallPathBytes is how much of the
+	// group the representative stack's path holds. group_by stack splits a row by stack.
+	CallPaths     int   `json:"call_paths"`
+	CallPathBytes int64 `json:"call_path_bytes"`
 	// TraceAllocs and TraceAllocBytes (group_by annotation or compile_context, with a trace):
 	// every allocation the trace made in this group, freed or not.
 	TraceAllocs     int   `json:"trace_allocs,omitempty"`
@@ -149,10 +150,12 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		allocs   []int // trace events that allocated the group's live blocks
 		dev      int
 		devs     []int // the devices holding the group's blocks
-		// stackBytes and stackAt: the group's bytes per stack, and each stack's filtered
-		// frames (a row's blocks can come from several call paths: the one holding most speaks)
-		stackBytes map[snapshot.StackID]int64
-		stackAt    map[snapshot.StackID][]string
+		// paths: the group's blocks by call path (a row's blocks can come from several: the
+		// one holding the most speaks); repPath is the representative block's; heldBytes are
+		// the bytes of blocks your code holds past their pass (user_container)
+		paths     map[string]*pathShare
+		repPath   string
+		heldBytes int64
 		// roleBytes (label groups): bytes per role; the row shows the largest
 		roleBytes map[string]int64
 		rep       representative
@@ -183,7 +186,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				kind = SiteKindCompileContext
 			}
 			g = &agg{ts: TopSite{SiteIdentity: SiteIdentity{Site: label, Kind: kind}, Stack: []string{}},
-				topID: snapshot.NoStack, sizes: sizeHist{}, dev: dev, roleBytes: map[string]int64{}}
+				topID: snapshot.NoStack, sizes: sizeHist{}, dev: dev, roleBytes: map[string]int64{}, paths: map[string]*pathShare{}}
 			groups[label] = g
 		}
 		return g
@@ -251,6 +254,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 					label = LabelInactive
 				}
 				g := labelRow(label, dev)
+				addPath(g.paths, &at, b)
 				if !slices.Contains(g.devs, dev) {
 					g.devs = append(g.devs, dev)
 				}
@@ -258,7 +262,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				g.ts.Blocks++
 				g.roleBytes[at.Category] += b.Size
 				if b.Size > g.topSize {
-					g.topSize, g.topID, g.ts.Stack = b.Size, b.Stack, at.Stack
+					g.topSize, g.topID, g.ts.Stack, g.repPath = b.Size, b.Stack, at.Stack, at.callPath
 				}
 				r.TotalBytes += b.Size
 				r.TotalBlocks++
@@ -287,8 +291,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g := groups[key]
 			if g == nil {
 				g = &agg{ts: TopSite{SiteIdentity: at.SiteIdentity, Category: at.Category, Evidence: at.Evidence, RetainedGraph: at.retained, Stack: at.Stack},
-					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: dev,
-					stackBytes: map[snapshot.StackID]int64{}, stackAt: map[snapshot.StackID][]string{}}
+					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: dev, paths: map[string]*pathShare{}}
 				switch opt.GroupBy {
 				case "file":
 					if at.File != "" {
@@ -307,10 +310,10 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g.ts.Bytes += b.Size
 			g.ts.Blocks++
 			g.sizes.add(b.Size)
-			if _, ok := g.stackBytes[b.Stack]; !ok {
-				g.stackAt[b.Stack] = at.Stack
+			addPath(g.paths, &at, b)
+			if at.Category == CategoryUserContainer {
+				g.heldBytes += b.Size
 			}
-			g.stackBytes[b.Stack] += b.Size
 			g.allOther = g.allOther && (at.Category == CategoryOther || at.Category == CategoryUserContainer)
 			if allocIdx >= 0 {
 				g.allocs = append(g.allocs, allocIdx)
@@ -319,7 +322,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				}
 			}
 			if g.rep.take(at.Category, b.Size, b.Stack, b.Address) {
-				g.topSize, g.topID = b.Size, b.Stack
+				g.topSize, g.topID, g.repPath = b.Size, b.Stack, at.callPath
 				g.ts.Stack, g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = at.Stack, at.Category, at.Evidence, at.retained
 			}
 			r.TotalBytes += b.Size
@@ -364,6 +367,24 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	slices.Sort(devices)
 	multiDevice := opt.Device < 0 && len(devices) > 1
 	for _, g := range groups {
+		// The call path holding the most bytes speaks for the row, unless it is a site's row
+		// with a block your code holds (the row is that list), or most of a file's or
+		// function's row is held. Rows of a file or function mix sites: their role is the
+		// path's too.
+		held := g.rep.held && (opt.GroupBy == "site" || opt.GroupBy == "stack" || g.heldBytes*2 >= g.ts.Bytes)
+		if !held && len(g.paths) > 1 {
+			best := topPath(g.paths)
+			p := g.paths[best]
+			g.topID, g.ts.Stack, g.repPath = p.id, p.stack, best
+			if opt.GroupBy == "file" || opt.GroupBy == "function" {
+				g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = p.category, p.evidence, p.retained
+			}
+		}
+		g.ts.CallPaths = len(g.paths)
+		g.ts.CallPathBytes = g.ts.Bytes
+		if p, ok := g.paths[g.repPath]; ok {
+			g.ts.CallPathBytes = p.bytes
+		}
 		if multiDevice && len(g.devs) > 0 {
 			g.ts.Devices = slices.Sorted(slices.Values(g.devs))
 		}
@@ -379,25 +400,11 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		if !byLabel && opt.State == "allocated" && g.ts.Category == CategoryParameter && g.ts.Kind == SiteKindNone && len(g.allocs) == 0 &&
 			weightsWithGradients(roles, g.devs, g.sizes, g.ts.Bytes, g.ts.Blocks, gradInTrace) {
 			g.ts.WithGradients = true
-			g.ts.Evidence = "guess: no frames because it was allocated before recording started, and it is still alive; the trace's backward pass computes gradients of these blocks' sizes but keeps almost none of them after the pass, so it added them into .grad tensors that were already there: most likely the weights and their gradients, up to half of it gradients (they stay from step to step without zero_grad(set_to_none=True)); optimizer state kept from an earlier step looks the same"
+			g.ts.Evidence = "guess: no frames because it was allocated before recording started, and it is still alive; the trace's backward pass computes gradients of these blocks' sizes but keeps almost none of them after the pass, so it added them into .grad tensors that were already there: most likely the weights and their gradients, up to half of it gradients (.grad kept from the previous step: no zero_grad(set_to_none=True) between steps, gradient accumulation over micro-batches, or DDP's gradient buckets); optimizer state kept from an earlier step looks the same"
 		}
 		if g.ts.RetainedGraph {
 			retainedBytes += g.ts.Bytes
 			retainedGroups++
-		}
-		if len(g.stackBytes) > 1 && !g.rep.held {
-			best := g.topID
-			for id, n := range g.stackBytes {
-				if n > g.stackBytes[best] || (n == g.stackBytes[best] && id < best) {
-					best = id
-				}
-			}
-			g.topID, g.ts.Stack = best, g.stackAt[best]
-		}
-		g.ts.Stacks = max(len(g.stackBytes), 1)
-		g.ts.StackBytes = g.ts.Bytes
-		if n, ok := g.stackBytes[g.topID]; ok {
-			g.ts.StackBytes = n
 		}
 		g.ts.Percent = pct(g.ts.Bytes, r.TotalBytes)
 		g.ts.StackID = max(int(g.topID), -1)
@@ -429,26 +436,28 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 
 // weightsWithGradients: frameless blocks from before the trace (sizes, bytes in blocks)
 // most likely hold gradients as well as weights when, on each of devs, the trace's backward
-// pass computes gradients of their sizes (allocations of those sizes cover at least a quarter
-// of their bytes: weights that train; frozen ones get none) and keeps almost none of them
-// (fewer than a tenth as many as the blocks): it added them into .grad tensors that were
-// already there. After zero_grad(set_to_none=True) it hands each to its .grad instead, which
-// outlives the pass; a gradient alive at the end, or an alloc accumulating into a leaf's
-// .grad, says the same.
+// passes compute gradients of their sizes and keep almost none of them (fewer than a tenth
+// as many as the blocks): they added them into .grad tensors that were already there. After
+// zero_grad(set_to_none=True) backward hands each to its .grad instead, which outlives the
+// pass; a gradient alive at the end, or an alloc accumulating into a leaf's .grad, says the
+// same. Per pass, allocations of those sizes (each size counted up to its blocks) must cover
+// a quarter to three quarters of the bytes: with weights and gradients alike, one gradient
+// per weight is half; frozen weights get none, unless the gradients of activations happen to
+// have their sizes, and then as many as the weights (all of the bytes).
 func weightsWithGradients(roles *Roles, devs []int, sizes sizeHist, bytes int64, blocks int, gradInTrace map[int]bool) bool {
 	for _, dev := range devs {
 		d := roles.device(dev)
 		if !d.hasTrace || d.allocs[phaseBackward] == 0 || gradInTrace[dev] {
 			return false
 		}
-		made, handedOff := d.backwardSizes()
+		made, handedOff, passes := d.backwardSizes()
 		var computed int64
 		kept := 0
 		for size, n := range sizes {
-			computed += size * int64(min(made[size], n))
+			computed += size * int64(min(made[size]/max(passes, 1), n))
 			kept += min(handedOff[size], n)
 		}
-		if computed*4 < bytes || kept*10 >= blocks {
+		if computed*4 < bytes || computed*4 > bytes*3 || kept*10 >= blocks {
 			return false
 		}
 		for k, n := range d.allocsByStack {
@@ -458,6 +467,41 @@ func weightsWithGradients(roles *Roles, devs []int, sizes sizeHist, bytes int64,
 		}
 	}
 	return len(devs) > 0
+}
+
+// pathShare is one call path's part of a row: its bytes, and its largest block's stack (the
+// lowest stack id on ties) with that block's role.
+type pathShare struct {
+	bytes, size        int64
+	id                 snapshot.StackID
+	stack              []string
+	category, evidence string
+	retained           bool
+}
+
+// addPath counts block b, whose stack's attribution is at, in its call path's share.
+func addPath(paths map[string]*pathShare, at *Attribution, b *snapshot.Block) {
+	p := paths[at.callPath]
+	if p == nil {
+		p = &pathShare{}
+		paths[at.callPath] = p
+	}
+	p.bytes += b.Size
+	if p.stack == nil || b.Size > p.size || (b.Size == p.size && b.Stack < p.id) {
+		p.size, p.id, p.stack = b.Size, b.Stack, at.Stack
+		p.category, p.evidence, p.retained = at.Category, at.Evidence, at.retained
+	}
+}
+
+// topPath is the call path holding the most bytes (the first in order on ties).
+func topPath(paths map[string]*pathShare) string {
+	best, first := "", true
+	for k, p := range paths {
+		if q := paths[best]; first || p.bytes > q.bytes || (p.bytes == q.bytes && k < best) {
+			best, first = k, false
+		}
+	}
+	return best
 }
 
 // joinInts lists numbers as "0, 1, 2".
@@ -584,8 +628,8 @@ func (r *TopStacksResult) Text() string {
 		for _, f := range s.Stack {
 			fmt.Fprintf(&b, "      %s\n", f)
 		}
-		if s.Stacks > 1 && len(s.Stack) > 0 && r.GroupBy != "stack" {
-			fmt.Fprintf(&b, "      (this call path holds %s of the row's %s: 1 of %s; group by stack to see each)\n", FormatBytes(s.StackBytes), FormatBytes(s.Bytes), count(s.Stacks, "stack"))
+		if s.CallPaths > 1 && len(s.Stack) > 0 && r.GroupBy != "stack" {
+			fmt.Fprintf(&b, "      (this call path holds %s of the row's %s: 1 of %s; group by stack to see each)\n", FormatBytes(s.CallPathBytes), FormatBytes(s.Bytes), count(s.CallPaths, "call path"))
 		}
 	}
 	if len(r.Sites) < r.Groups {

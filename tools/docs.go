@@ -51,8 +51,8 @@ var fieldDocs = map[string]string{
 	// analysis.TopSite
 	"TopSite.Bytes":         "Bytes of the group's blocks",
 	"TopSite.Blocks":        "Number of blocks in the group",
-	"TopSite.Stacks":        "How many distinct stacks (call paths) the group's blocks come from; group_by stack splits the row by them",
-	"TopSite.StackBytes":    "Bytes of the group held by the representative stack (stack, stack_id): the call path holding the most",
+	"TopSite.CallPaths":     "How many paths through the user's own code the group's blocks come from (stacks that differ only inside libraries, torch or generated code are one path); group_by stack splits the row by stack",
+	"TopSite.CallPathBytes": "Bytes of the group on the representative stack's call path (stack, stack_id): the path holding the most",
 	"TopSite.WithGradients": "Frameless memory from before the trace that most likely holds the weights' gradients as well as the weights: the trace's backward computes gradients of its sizes and adds them into existing .grad tensors (a guess; evidence says why)",
 	"TopSite.Devices":       "The devices holding the group's blocks, given when the file has more than one device and no device was asked for: the row sums them",
 	"TopSite.Percent":       "Share of total_bytes",
