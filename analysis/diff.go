@@ -27,6 +27,9 @@ const (
 	// PatternNotComparable: the files are not (or not known to be) two points of one run, so
 	// their difference cannot show growth.
 	PatternNotComparable = "not_comparable"
+	// PatternWithinOneStep: one run, and both snapshots were written inside one step (the
+	// later trace shows no step starting after the earlier snapshot): growth is the step's own.
+	PatternWithinOneStep = "within_one_step"
 )
 
 // materialGrowth is the growth from which "no growth" would mislead.
@@ -91,7 +94,11 @@ type DiffResult struct {
 	TotalSites      int           `json:"total_sites"` // sites before the limit
 	Patterns        []DiffPattern `json:"patterns"`
 	Notes           []string      `json:"notes"`
-	runReasons      string        // the same-run facts without the verdict, for not_comparable
+	// SameStep: one run, and both snapshots were written inside one step (see the
+	// within_one_step pattern): what grew is the step's own memory, not a leak.
+	SameStep   bool      `json:"same_step"`
+	sameStep   *sameStep // why, when SameStep
+	runReasons string    // the same-run facts without the verdict, for not_comparable
 }
 
 type diffKey struct {
@@ -137,10 +144,16 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	run := checkSameRun(before, after, rb, ra)
 	if run.swapped {
 		before, after, sides[0], sides[1] = after, before, sides[1], sides[0]
+		rb, ra = ra, rb
 	}
 	r := &DiffResult{BeforePath: before.Path, AfterPath: after.Path, SameRun: run.same, SameRunEvidence: run.evidence,
 		Swapped: run.swapped, runReasons: run.reasons, PeakSitesBefore: []SiteBytes{}, PeakSitesAfter: []SiteBytes{},
 		Roles: []DiffRole{}, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}}
+	if r.sameRun() && !strings.HasPrefix(run.reasons, "both are the same file") {
+		if st, ok := findSameStep(before, after, ra, opt.Device); ok {
+			r.SameStep, r.sameStep = true, &st
+		}
+	}
 	all := diffSites(&sides[0], &sides[1], r)
 	r.Roles = diffRoles(all)
 	r.PeakBeforeBytes, r.PeakSitesBefore = sides[0].peak, sides[0].peakSites
@@ -420,12 +433,19 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 	if !r.sameRun() {
 		return []DiffPattern{notComparable(r)}
 	}
+	if r.sameStep != nil {
+		return []DiffPattern{sameStepPattern(*r.sameStep, all, r)}
+	}
 	g := classifyGrowth(all)
 	out := []DiffPattern{}
 	if p, ok := retainedGraph(g, r); ok {
 		out = append(out, p)
 	} else if p, ok := growingContainer(g, r); ok {
 		out = append(out, p)
+	}
+	if len(out) > 0 && r.DeltaBytes <= 0 && len(all) > 0 {
+		// A site gained blocks, yet live memory did not grow: what it gained, other sites lost.
+		out = []DiffPattern{movedNotGrown(all, r)}
 	}
 	if p, ok := optimizerFirstStep(g, len(out) == 0); ok {
 		out = append(out, p)
@@ -506,6 +526,25 @@ func growingContainer(g growth, r *DiffResult) (DiffPattern, bool) {
 		Fix: fmt.Sprintf("at %s detach and move to CPU before appending (x.detach().cpu()), or bound the container (collections.deque(maxlen=N), clear it each epoch)", best.Site)}, true
 }
 
+// movedNotGrown: sites grew in bytes and blocks while live memory did not: tensors freed at one
+// line and made again at another (an out-of-place update replacing its state), or snapshots
+// taken at different points of a step. all is sorted by growth, largest first.
+func movedNotGrown(all []DiffSite, r *DiffResult) DiffPattern {
+	d := all[0]
+	var grew, shrank int64
+	for _, x := range all {
+		if x.DeltaBytes > 0 {
+			grew += x.DeltaBytes
+		} else {
+			shrank -= x.DeltaBytes
+		}
+	}
+	ev := fmt.Sprintf("%s (%s) went from %d to %d blocks (%s) and sites grew by %s in all, but others shrank by %s (%s): memory moved between sites (tensors freed at one line and made again at another, as an out-of-place update replaces its state, or two different points of a step), it did not accumulate",
+		d.Site, d.Function, d.BlocksBefore, d.BlocksAfter, formatDelta(d.DeltaBytes), FormatBytes(grew), FormatBytes(shrank), r.totalClause())
+	return DiffPattern{Name: PatternNoGrowth, Evidence: ev,
+		Fix: "none for a leak: live memory did not grow; to be sure, dump both snapshots at the same point of the loop (e.g. right after optimizer.step()) and diff again"}
+}
+
 // optimizerFirstStep: optimizer state that did not exist before appears once (not a leak).
 func optimizerFirstStep(g growth, alone bool) (DiffPattern, bool) {
 	if len(g.optimizer) == 0 {
@@ -560,6 +599,8 @@ func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
 			ev += site("growth", all[0])
 		}
 		p.Fix = fmt.Sprintf("none: live memory grew by only %s and no site grew in both bytes and blocks", FormatBytes(delta))
+	case strings.HasPrefix(r.runReasons, "both are the same file"):
+		p.Fix = "none: both are the same file, so nothing can differ; diff two snapshots of one run taken at different steps"
 	default:
 		p.Fix = "none: memory is steady between these snapshots"
 	}
@@ -577,7 +618,11 @@ func notComparable(r *DiffResult) DiffPattern {
 	if r.SameRun == nil {
 		what = "nothing shows that these files are two points of one run"
 	}
-	ev := fmt.Sprintf("%s (%s), so the difference (%s) is between two processes, not growth: no leak pattern applies", what, r.runReasons, r.totalClause())
+	between := "is between two processes, not growth"
+	if r.SameRun == nil {
+		between = "may be between two processes: it cannot be read as growth"
+	}
+	ev := fmt.Sprintf("%s (%s), so the difference (%s) %s: no leak pattern applies", what, r.runReasons, r.totalClause(), between)
 	if rs := r.roleSummary(3); rs != "" {
 		ev += "; like for like, by role: " + rs
 	}
@@ -611,13 +656,13 @@ func diffNotes(before, after *snapshot.Snapshot, r *DiffResult) []string {
 			notes = append(notes, fmt.Sprintf("%s has no stacks on its blocks: its memory cannot be matched to sites (record history with context before the first snapshot)", s.Path))
 		}
 	}
-	if before.Caps.PythonOnly || after.Caps.PythonOnly {
+	if (before.Caps.PythonOnly || after.Caps.PythonOnly) && slices.ContainsFunc(r.Sites, func(d DiffSite) bool { return d.Site == SiteNoPython }) {
 		notes = append(notes, "Python-only stacks: backward-pass memory has no frame and is grouped as <no Python frame>")
 	}
 	switch {
 	case !r.sameRun():
 		notes = append(notes, "the sites are listed for reference: a site present in one file and not the other says which code each job ran, not what grew")
-	case r.DeltaBytes > 0:
+	case r.DeltaBytes > 0 && !r.SameStep:
 		notes = append(notes, "two snapshots show growth, not linearity: take a third to confirm a steady leak")
 	}
 	return notes

@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -64,6 +65,10 @@ func TestDiffPatterns(t *testing.T) {
 		{"optimizer first step", map[string]int{"param": 2},
 			map[string]int{"param": 2, "adam": 4},
 			[]string{PatternOptimizerFirstStp}, "train.py:55", "train.py:55", 64 * mib, 4},
+		// A site gains blocks while another loses as much: moved, not accumulated.
+		{"moved, not grown", map[string]int{"param": 2, "fc1": 4},
+			map[string]int{"param": 2, "cache": 2},
+			[]string{PatternNoGrowth}, "", "train.py:60", 16 * mib, 2},
 		{"no growth", map[string]int{"param": 2, "adam": 4, "fc1": 3},
 			map[string]int{"param": 2, "adam": 4, "fc1": 3},
 			[]string{PatternNoGrowth}, "", "model.py:20", 0, 0},
@@ -95,5 +100,19 @@ func TestDiffPatterns(t *testing.T) {
 				t.Error("empty text")
 			}
 		})
+	}
+}
+
+// TestDiffMovedNotGrown: the evidence says what moved, and no leak fix is given.
+func TestDiffMovedNotGrown(t *testing.T) {
+	sizes := map[string]int64{"fc1": 4 * mib, "cache": 8 * mib, "param": 16 * mib}
+	r, err := Diff(diffSnap("before.pickle", map[string]int{"param": 2, "fc1": 4}, sizes),
+		diffSnap("after.pickle", map[string]int{"param": 2, "cache": 2}, sizes), DiffOptions{Device: AllDevices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "train.py:60 (collect) went from 0 to 2 blocks (+16.0 MiB) and sites grew by 16.0 MiB in all, but others shrank by 16.0 MiB (live memory 48.0 MiB -> 48.0 MiB, 0 B): memory moved between sites"
+	if len(r.Patterns) != 1 || !strings.HasPrefix(r.Patterns[0].Evidence, want) || !strings.HasPrefix(r.Patterns[0].Fix, "none for a leak: live memory did not grow") {
+		t.Errorf("patterns %+v\nwant evidence starting %q", r.Patterns, want)
 	}
 }

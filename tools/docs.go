@@ -77,6 +77,7 @@ var fieldDocs = map[string]string{
 	"DiffResult.Roles":           "Allocated bytes by role in both files, largest first: the like-for-like comparison, also across runs",
 	"DiffResult.Sites":           "Sites sorted by growth, largest first (at most the limit)",
 	"DiffResult.TotalSites":      "Sites before the limit",
+	"DiffResult.SameStep":        "One run, and both snapshots were written inside one step: the later trace covers the earlier snapshot and no step starts after it (a guess from the phases when the file records no steps); what grew is the step's own memory, and the only pattern is within_one_step",
 	"DiffResult.Patterns":        "Recognised growth patterns with evidence and fix (only not_comparable when same_run is not true)",
 	"DiffResult.Notes":           "Caveats about the comparison",
 	// analysis.DiffRole
