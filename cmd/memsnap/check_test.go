@@ -18,7 +18,7 @@ func TestCheckExitCodes(t *testing.T) {
 	}{
 		{"within", []string{"check", f, "--max-peak", "1GiB"}, 0, "ok device 0: peak allocated 107 MiB is within --max-peak 1.0 GiB"},
 		{"at the byte", []string{"check", f, "--max-peak", "111675416"}, 0, "is within --max-peak"},
-		{"one byte over", []string{"check", f, "--max-peak", "111675415"}, 1, "FAIL device 0: peak allocated 107 MiB exceeds --max-peak 107 MiB by 1 B; top site at the peak (event 123): train.py:91 48.0 MiB [optimizer_state]"},
+		{"one byte over", []string{"check", f, "--max-peak", "111675415"}, 1, "FAIL device 0: peak allocated 111675416 B exceeds --max-peak 111675415 B by 1 B; top site at the peak (event 123): train.py:91 48.0 MiB [optimizer_state]"},
 		{"final allocated", []string{"check", f, "--max-allocated", "64MiB"}, 1, "FAIL device 0: final allocated 72.5 MiB exceeds --max-allocated 64.0 MiB by 8.5 MiB; top site in the final state: train.py:91 48.0 MiB [optimizer_state]"},
 		{"growth needs a baseline", []string{"check", f, "--max-growth", "5"}, 2, "--max-growth needs --baseline"},
 		{"baseline needs growth", []string{"check", f, "--baseline", f}, 2, "--baseline needs --max-growth"},
