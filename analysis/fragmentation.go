@@ -404,7 +404,7 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 		verdict = FragLittleFree
 		summary = fmt.Sprintf("little free memory: %s of %s reserved (%s) is free", FormatBytes(free), FormatBytes(res), pctString(free, res))
 		if worstFrag >= 50 && free > 0 {
-			summary += fmt.Sprintf(", split into pieces of at most %s: a high fragmented %% of too little memory to matter", FormatBytes(largestFree))
+			summary += fmt.Sprintf(", split into pieces of at most %s: too little memory for the split to matter", FormatBytes(largestFree))
 		}
 		summary += "; " + returns
 		if r.DeviceAtLimit && !expandable && stranded > 0 && worstFrag >= 50 {
@@ -491,9 +491,16 @@ func (r *FragmentationResult) Text() string {
 		if g.Expandable {
 			exp = fmt.Sprintf(" expandable (%s pages)", FormatBytes(g.PageBytes))
 		}
-		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %s, reserved %s, free %s in %s (largest %s, %.0f%% fragmented), %d mostly free, releasable %s\n",
+		// The largest piece's share of the free, not "N% fragmented": free memory in many
+		// fully free segments is cache, and a percentage named fragmentation beside a verdict
+		// saying otherwise reads as the opposite.
+		largest := FormatBytes(g.LargestFreeBlockBytes)
+		if g.InactiveBytes > 0 {
+			largest = fmt.Sprintf("%s, %.0f%% of it", largest, 100-g.FragmentationPercent)
+		}
+		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %s, reserved %s, free %s in %s (largest piece %s), %d mostly free, releasable %s\n",
 			g.Device, g.Pool, g.Stream, g.SegmentType, exp, count(g.Segments, "segment"), FormatBytes(g.ReservedBytes), FormatBytes(g.InactiveBytes), count(g.FreeBlocks, "block"),
-			FormatBytes(g.LargestFreeBlockBytes), g.FragmentationPercent, g.MostlyFreeSegments, FormatBytes(g.ReleasableBytes))
+			largest, g.MostlyFreeSegments, FormatBytes(g.ReleasableBytes))
 	}
 	if len(r.Groups) < r.TotalGroups {
 		fmt.Fprintf(&b, "  (%d more groups)\n", r.TotalGroups-len(r.Groups))
