@@ -104,11 +104,14 @@ type WhatIfRun struct {
 	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
 	CudaMallocCalls    int   `json:"cuda_malloc_calls"`
 	OOMCount           int   `json:"oom_count"`
+	// CacheFlushes: cudaMalloc failures recovered from by freeing the whole cache and
+	// retrying (each a device-wide synchronize and a cudaFree per cached segment).
+	CacheFlushes int `json:"cache_flushes"`
 }
 
 func whatIfRun(r *allocator.RunResult) WhatIfRun {
 	return WhatIfRun{PeakReservedBytes: r.Stats.PeakReserved, PeakAllocatedBytes: r.Stats.PeakAllocated,
-		CudaMallocCalls: r.Stats.SegmentAllocs + r.Stats.SegmentMaps, OOMCount: r.Stats.OOMs}
+		CudaMallocCalls: r.Stats.SegmentAllocs + r.Stats.SegmentMaps, OOMCount: r.Stats.OOMs, CacheFlushes: r.Stats.CacheFlushes}
 }
 
 // WhatIfOOM is one recorded OOM under the baseline and the what-if.
@@ -148,6 +151,7 @@ type WhatIfCandidate struct {
 	PeakReservedBytes  int64          `json:"peak_reserved_bytes"`
 	PeakAllocatedBytes int64          `json:"peak_allocated_bytes"`
 	CudaMallocCalls    int            `json:"cuda_malloc_calls"`
+	CacheFlushes       int            `json:"cache_flushes"`
 	Baseline           bool           `json:"baseline"`
 }
 
@@ -308,6 +312,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 				c.PeakReservedBytes += r.Stats.PeakReserved
 				c.PeakAllocatedBytes += r.Stats.PeakAllocated
 				c.CudaMallocCalls += r.Stats.SegmentAllocs + r.Stats.SegmentMaps
+				c.CacheFlushes += r.Stats.CacheFlushes
 				for _, o := range r.OOMs {
 					if o.Fits {
 						c.OOMsAvoided++
@@ -325,6 +330,8 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 			switch {
 			case a.OOMCount != b.OOMCount:
 				return a.OOMCount - b.OOMCount
+			case a.CacheFlushes != b.CacheFlushes:
+				return a.CacheFlushes - b.CacheFlushes
 			case a.PeakReservedBytes != b.PeakReservedBytes:
 				return cmpInt64(a.PeakReservedBytes, b.PeakReservedBytes)
 			}
@@ -337,13 +344,16 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		best = order[0]
 		out.Settings = whatIfSettings(grid[best])
 		if sameAllocSettings(grid[best], base) {
-			out.Notes = append(out.Notes, "no setting of the grid does better than the file's own settings (fewer OOMs, then a lower peak reserved, then fewer cudaMalloc calls)")
+			out.Notes = append(out.Notes, "no setting of the grid does better than the file's own settings (fewer OOMs, then fewer cache flushes, then a lower peak reserved, then fewer cudaMalloc calls)")
 		}
 	} else if sameAllocSettings(what, base) {
 		out.Notes = append(out.Notes, "the what-if settings are the file's own: the what-if is the baseline")
 	}
 	var basePeak, bestPeak int64
+	var baseFlushes, bestFlushes int
 	for _, dr := range all {
+		baseFlushes += dr.base.Stats.CacheFlushes
+		bestFlushes += dr.runs[best].Stats.CacheFlushes
 		d := whatIfDevice(dr.t, dr.cap, dr.src, dr.notes, dr.base, dr.runs[best], grid[best], base)
 		recordedAllocated(snap, &d)
 		out.Devices = append(out.Devices, d)
@@ -351,10 +361,28 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		basePeak += dr.base.Stats.PeakReserved
 		bestPeak += dr.runs[best].Stats.PeakReserved
 	}
-	if !out.ChangeNeeded {
+	if !out.ChangeNeeded && baseFlushes == 0 {
 		out.Notes = append(out.Notes, noChangeNeeded(basePeak, bestPeak, confName(out.Settings), all[0].cap > 0))
 	}
+	if !out.ChangeNeeded && baseFlushes > 0 {
+		out.Notes = append(out.Notes, cacheFlushesNote(baseFlushes, bestFlushes, out.Settings, sameAllocSettings(grid[best], base)))
+	}
 	return out, nil
+}
+
+// cacheFlushesNote: the file's own settings met cudaMalloc failures and recovered by freeing
+// the whole cache; what the chosen setting does about it, and what removes them whatever the
+// setting.
+func cacheFlushesNote(base, best int, s WhatIfSettings, same bool) string {
+	n := fmt.Sprintf("with the file's own settings the replay meets %s: cudaMalloc failed, and the allocator freed every cached segment and retried; no OOM, but each is a device-wide synchronize and a cache rebuilt from cudaMalloc calls: the device is at its limit",
+		cacheFlushes(base))
+	if !same {
+		n += fmt.Sprintf("; %s meets %d", confName(s), best)
+		if s.GarbageCollectionThreshold > 0 {
+			n += " (only with torch.cuda.set_per_process_memory_fraction set: the threshold is a fraction of it)"
+		}
+	}
+	return n + "; lowering the peak (what is live at it: memsnap replay / MCP replay) removes them under any setting"
 }
 
 // noChangeNeeded says why a file without OOMs needs no setting changed, and what the best
@@ -466,7 +494,8 @@ func whatIfCapacity(t *allocator.Trace, given int64) (int64, string, []string) {
 		s := fmt.Sprintf("no OOM event and no device memory given: the capacity is the recorded peak reserved (%s), the most the device is known to hold; the trace shows %s recovered from (the cache released, then a new segment)",
 			FormatBytes(c), count(t.MallocFailures, "cudaMalloc failure"))
 		if t.FailureBound > c {
-			s += fmt.Sprintf(", so the device could not hold %s: its capacity lies between %d and %d bytes", FormatBytes(t.FailureBound), c, t.FailureBound-1)
+			lo, hi := formatApart(c, t.FailureBound)
+			s += fmt.Sprintf(", so the device could not hold %s: its capacity lies between %s and that (%d and %d bytes)", hi, lo, c, t.FailureBound-1)
 		} else {
 			s += fmt.Sprintf("; one failed with only %s reserved + requested: memory outside PyTorch changed during the run", FormatBytes(t.FailureBound))
 		}
@@ -631,6 +660,10 @@ func (r *WhatIfResult) Text() string {
 	var b strings.Builder
 	switch {
 	case r.Recommend && !r.ChangeNeeded:
+		if base := r.baselineFlushes(); base > 0 {
+			fmt.Fprintf(&b, "what-if on %s: no OOM to avoid, but the file's own settings flush the whole cache %s; the best of %s tried: %s (recorded with %s)\n", r.Path, count(base, "time"), count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
+			break
+		}
 		fmt.Fprintf(&b, "what-if on %s: no OOM to avoid, so no setting needs changing; the lowest peak reserved of %s tried: %s (recorded with %s)\n", r.Path, count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
 	case r.Recommend:
 		fmt.Fprintf(&b, "what-if on %s: best of %s tried: %s (recorded with %s)\n", r.Path, count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
@@ -684,6 +717,9 @@ func (r *WhatIfResult) Text() string {
 		fmt.Fprintf(&b, "  %-18s %12s %12s\n", "peak allocated", FormatBytes(d.Baseline.PeakAllocatedBytes), FormatBytes(d.WhatIf.PeakAllocatedBytes))
 		fmt.Fprintf(&b, "  %-18s %12d %12d\n", "cudaMalloc calls", d.Baseline.CudaMallocCalls, d.WhatIf.CudaMallocCalls)
 		fmt.Fprintf(&b, "  %-18s %12d %12d\n", "OOMs", d.Baseline.OOMCount, d.WhatIf.OOMCount)
+		if d.Baseline.CacheFlushes+d.WhatIf.CacheFlushes > 0 {
+			fmt.Fprintf(&b, "  %-18s %12d %12d\n", "cache flushes", d.Baseline.CacheFlushes, d.WhatIf.CacheFlushes)
+		}
 		for _, o := range d.OOMs {
 			fmt.Fprintf(&b, "  OOM at event %d (%s requested): baseline %s; what-if %s\n", o.EventIndex, FormatBytes(o.RequestedBytes),
 				fitText(o.BaselineFits, o.BaselineHeadroomBytes), fitText(o.WhatIfFits, o.HeadroomBytes))
@@ -693,11 +729,14 @@ func (r *WhatIfResult) Text() string {
 		}
 	}
 	if len(r.Recommendations) > 0 {
-		b.WriteString("settings tried, best first (fewest OOMs, then lowest peak reserved, then fewest cudaMalloc calls):\n")
+		b.WriteString("settings tried, best first (fewest OOMs, then fewest cache flushes, then lowest peak reserved, then fewest cudaMalloc calls):\n")
 		for _, c := range r.Recommendations {
 			fmt.Fprintf(&b, "  %d. %s: %s", c.Rank, confName(c.Settings), count(c.OOMCount, "OOM"))
 			if c.OOMsAvoided > 0 {
 				fmt.Fprintf(&b, " (%d recorded avoided)", c.OOMsAvoided)
+			}
+			if c.CacheFlushes > 0 {
+				fmt.Fprintf(&b, ", %s", cacheFlushes(c.CacheFlushes))
 			}
 			fmt.Fprintf(&b, ", peak reserved %s, %s", FormatBytes(c.PeakReservedBytes), count(c.CudaMallocCalls, "cudaMalloc call"))
 			if c.Baseline {
@@ -713,6 +752,23 @@ func (r *WhatIfResult) Text() string {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
 	return b.String()
+}
+
+// cacheFlushes counts flushes: "1 cache flush", "39 cache flushes".
+func cacheFlushes(n int) string {
+	if n == 1 {
+		return "1 cache flush"
+	}
+	return fmt.Sprintf("%d cache flushes", n)
+}
+
+// baselineFlushes sums the cache flushes of the file's own settings over the devices.
+func (r *WhatIfResult) baselineFlushes() int {
+	n := 0
+	for _, d := range r.Devices {
+		n += d.Baseline.CacheFlushes
+	}
+	return n
 }
 
 func fitText(fits bool, headroom int64) string {

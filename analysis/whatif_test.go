@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,14 +49,14 @@ func TestWhatIfFixtures(t *testing.T) {
 		recReq    bool  // the trace records requested sizes
 	}{
 		{"fragmentation_oom.pickle", whatIfFixture(t, "fragmentation_oom.pickle"), 1024 * mib, 50, 250, 32 * mib,
-			WhatIfRun{1000 * mib, 1000 * mib, 50, 1}, WhatIfRun{1000 * mib, 950 * mib, 49, 0}, true, 24 * mib, -8 * mib, 996147200, true},
+			WhatIfRun{1000 * mib, 1000 * mib, 50, 1, 0}, WhatIfRun{1000 * mib, 950 * mib, 49, 0, 0}, true, 24 * mib, -8 * mib, 996147200, true},
 		{"activation_oom.pickle", whatIfFixture(t, "activation_oom.pickle"), 940 * mib, 32, 76, 64 * mib,
-			WhatIfRun{898 * mib, 939556864, 32, 1}, WhatIfRun{902 * mib, 939556864, 29, 1}, false, -22 * mib, -6 * mib, 939556864, false},
+			WhatIfRun{898 * mib, 939556864, 32, 1, 0}, WhatIfRun{902 * mib, 939556864, 29, 1, 0}, false, -22 * mib, -6 * mib, 939556864, false},
 		{"whatif_expandable_avoids.pickle", whatIfFixture(t, "whatif_expandable_avoids.pickle"), avoidTruth.Capacity, avoidTruth.SegmentAllocs, avoidTruth.OOMEvent, avoidTruth.OOM.Requested,
-			WhatIfRun{avoidTruth.PeakReserved, 1680 * mib, 50, 1}, WhatIfRun{avoidTruth.ExpandablePeakReserved, 1798 * mib, avoidTruth.ExpandableSegmentMaps, 0},
+			WhatIfRun{avoidTruth.PeakReserved, 1680 * mib, 50, 1, 1}, WhatIfRun{avoidTruth.ExpandablePeakReserved, 1798 * mib, avoidTruth.ExpandableSegmentMaps, 0, 1},
 			avoidTruth.ExpandableFits, avoidTruth.ExpandableHeadroom, -2 * mib, 1680 * mib, false},
 		{"whatif_capacity_oom.pickle", whatIfFixture(t, "whatif_capacity_oom.pickle"), capaTruth.Capacity, capaTruth.SegmentAllocs, capaTruth.OOMEvent, capaTruth.OOM.Requested,
-			WhatIfRun{capaTruth.PeakReserved, 1680 * mib, 50, 1}, WhatIfRun{capaTruth.ExpandablePeakReserved, 1680 * mib, capaTruth.ExpandableSegmentMaps, 1},
+			WhatIfRun{capaTruth.PeakReserved, 1680 * mib, 50, 1, 1}, WhatIfRun{capaTruth.ExpandablePeakReserved, 1680 * mib, capaTruth.ExpandableSegmentMaps, 1, 0},
 			capaTruth.ExpandableFits, capaTruth.ExpandableHeadroom, -82 * mib, 1680 * mib, false},
 	}
 	// The fixtures are what the scenarios write.
@@ -387,5 +388,44 @@ func TestWhatIfRequestedSizes(t *testing.T) {
 	}
 	if !strings.Contains(r.Text(), "(recorded peak reserved 128 MiB, peak allocated 103 MiB in requested bytes)\n") {
 		t.Errorf("text:\n%s", r.Text())
+	}
+}
+
+// TestWhatIfCacheFlushes: the llama file's device is at its limit: the trace records 39 bursts
+// of segment_free before a segment_alloc (cudaMalloc failed, the cache was freed, the request
+// retried; answer key #2), and the baseline replay meets exactly 39 such flushes. No OOM, yet
+// the recommendation ranks by them and says so; the gc threshold that needs none is tagged
+// with the memory fraction it depends on.
+func TestWhatIfCacheFlushes(t *testing.T) {
+	snap := realSnap(t, "pt2.1_multistream_llama-selectn.pickle")
+	r, err := WhatIf(context.Background(), snap, nil, WhatIfOptions{Recommend: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ChangeNeeded || r.Devices[0].Baseline.CacheFlushes != 39 || r.Devices[0].WhatIf.CacheFlushes != 0 {
+		t.Errorf("change needed %v baseline %+v what-if %+v", r.ChangeNeeded, r.Devices[0].Baseline, r.Devices[0].WhatIf)
+	}
+	got := []string{}
+	for _, c := range r.Recommendations {
+		got = append(got, fmt.Sprintf("%s:%d", confName(c.Settings), c.CacheFlushes))
+	}
+	want := "garbage_collection_threshold:0.6:0 garbage_collection_threshold:0.8:0 expandable_segments:True:13 expandable_segments:True,roundup_power2_divisions:4:20 max_split_size_mb:128:25 max_split_size_mb:256:25 the defaults:39 roundup_power2_divisions:4:45 max_split_size_mb:512:48"
+	if strings.Join(got, " ") != want {
+		t.Errorf("ranking %s\nwant    %s", strings.Join(got, " "), want)
+	}
+	text := r.Text()
+	for _, s := range []string{
+		"no OOM to avoid, but the file's own settings flush the whole cache 39 times; the best of 9 settings tried: garbage_collection_threshold:0.6",
+		"  cache flushes                39            0\n",
+		"note: with the file's own settings the replay meets 39 cache flushes: cudaMalloc failed, and the allocator freed every cached segment and retried; no OOM, but each is a device-wide synchronize",
+		"garbage_collection_threshold:0.6 meets 0 (only with torch.cuda.set_per_process_memory_fraction set",
+		"so the device could not hold 21.01 GiB: its capacity lies between 20.97 GiB and that (22519218176 and 22556966911 bytes)",
+	} {
+		if !strings.Contains(text, s) {
+			t.Errorf("text lacks %q:\n%s", s, text)
+		}
+	}
+	if strings.Contains(text, "no change needed") {
+		t.Errorf("'no change needed' beside 39 cache flushes:\n%s", text)
 	}
 }

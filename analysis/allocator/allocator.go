@@ -140,6 +140,10 @@ type Stats struct {
 	Mallocs       int   // requests served
 	PeakReserved  int64 // highest reserved bytes
 	PeakAllocated int64 // highest allocated bytes (block sizes)
+	// CacheFlushes counts the cudaMalloc failures recovered from by freeing every cached
+	// segment and retrying (release_cached_blocks on the malloc path: a device-wide
+	// synchronize, a cudaFree per cached segment, the cache rebuilt afterwards).
+	CacheFlushes int
 }
 
 // Allocator is one device's caching allocator. Not safe for concurrent use.
@@ -346,7 +350,9 @@ func (a *Allocator) Malloc(size int64, stream uint64, poolID snapshot.PoolID) (*
 		}
 		if b == nil {
 			a.releaseCached()
-			b = a.allocBlock(p, stream, rs, allocSize)
+			if b = a.allocBlock(p, stream, rs, allocSize); b != nil {
+				a.stats.CacheFlushes++
+			}
 		}
 		if b == nil {
 			a.stats.OOMs++
