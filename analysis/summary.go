@@ -156,6 +156,9 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 	if n := emptySnapshot(snap); n != "" {
 		s.Notes = append(s.Notes, n)
 	}
+	if n := segmentStackHint(snap, roles); n != "" {
+		s.Notes = append(s.Notes, n)
+	}
 	s.Notes = append(s.Notes, deviceImbalance(s.Devices)...)
 	return s, nil
 }
@@ -301,7 +304,7 @@ func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
 	case !c.HasTrace:
 		gaps = append(gaps, "no allocation trace (state only: no history over time, no peaks, no steps, no OOM events: call torch.cuda.memory._record_memory_history() before the model is built and dump at the peak or on OOM)")
 	case c.TraceStart == "ring_buffer":
-		gaps = append(gaps, "the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost")
+		gaps = append(gaps, ringBufferWrapped(c)+": the oldest events are lost")
 	case c.TraceIncomplete:
 		gaps = append(gaps, "the trace starts late (recording was switched on mid-run: the event count is not a round max_entries and no early event frees an unknown block): blocks allocated before it have no alloc event or frames")
 	}
@@ -574,4 +577,14 @@ func count(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// ringBufferWrapped words a ring-buffer trace: a fact when the file says so (overflowed, or
+// exactly its max_entries events), else read from a round event count that opens on frees of
+// blocks it never allocated, which a file cut to its last events (memsnap trim) shows too.
+func ringBufferWrapped(c snapshot.Capabilities) string {
+	if c.RingBufferFull || c.MaxEntries > 1 {
+		return "the trace ring buffer wrapped (it holds max_entries events)"
+	}
+	return "the trace ring buffer most likely wrapped (a round count of events opening on frees of blocks it never allocated; a file cut to its last events looks the same)"
 }

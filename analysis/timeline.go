@@ -920,7 +920,7 @@ func (x *TimelineIndex) notes(r *TimelineResult, moreBursts int) []string {
 	caps := x.snap.Caps
 	switch {
 	case caps.TraceStart == "ring_buffer":
-		notes = append(notes, fmt.Sprintf("the trace ring buffer wrapped: %d blocks (%s) were alive before its first event and are drawn from the start", x.preBlocks, FormatBytes(x.preBytes)))
+		notes = append(notes, fmt.Sprintf("%s: %d blocks (%s) were alive before its first event and are drawn from the start", ringBufferWrapped(caps), x.preBlocks, FormatBytes(x.preBytes)))
 	case x.preBlocks > 0:
 		notes = append(notes, fmt.Sprintf("the trace starts late: %d blocks (%s) were alive before its first event and are drawn from the start", x.preBlocks, FormatBytes(x.preBytes)))
 	}

@@ -428,6 +428,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			count(len(devices), "device"), joinInts(devices)))
 	}
 	r.Notes = append(r.Notes, capsNotes(snap, noStack, emptyStack)...)
+	if n := segmentStackHint(snap, roles); n != "" {
+		r.Notes = append(r.Notes, n)
+	}
 	if opt.State == "inactive" {
 		r.Notes = append(r.Notes, "inactive blocks keep the stack of their last use; it says who freed-up memory belonged to, not who holds it")
 	}
@@ -560,6 +563,41 @@ func dominantRole(roleBytes map[string]int64, groupBy string) (string, string) {
 		what = "the compile_context (torch.compile frame and graph) of each block's allocation"
 	}
 	return cats[0], "grouped by " + what + "; roles: " + strings.Join(parts, ", ")
+}
+
+// segmentStackHint: where blocks carry no stacks, a segment can still carry the stack of the
+// request that created it (history was on then, and off, or without context, when its blocks
+// were allocated). The largest such segment's site is a lead for what the file holds, never a
+// fact about its blocks: a block can be allocated into a segment by any later request.
+func segmentStackHint(snap *snapshot.Snapshot, roles *Roles) string {
+	if snap.Caps.FramesOnBlocks {
+		return ""
+	}
+	n := 0
+	var best *snapshot.Segment
+	for si := range snap.Segments {
+		seg := &snap.Segments[si]
+		if seg.Stack < 0 || int(seg.Stack) >= len(snap.Stacks) || len(snap.Stacks[seg.Stack]) == 0 {
+			continue
+		}
+		n++
+		if best == nil || seg.TotalSize > best.TotalSize {
+			best = seg
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	at := roles.Stack(best.Device, best.Stack)
+	if at.Site == "" || len(at.Stack) == 0 {
+		return ""
+	}
+	which := "it"
+	if n > 1 {
+		which = fmt.Sprintf("the largest (%s)", FormatBytes(best.TotalSize))
+	}
+	return fmt.Sprintf("%s of %d carr%s the stack of the request that created it (history was on then): %s was created at %s; the blocks carry none, so the code their memory belongs to can only be guessed from it (a guess: any later request can reuse a segment)",
+		count(n, "segment"), len(snap.Segments), map[bool]string{true: "ies", false: "y"}[n == 1], which, strings.Join(at.Stack, " <- "))
 }
 
 // capsNotes says what a file's stacks cannot tell.

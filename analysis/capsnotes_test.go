@@ -1,0 +1,58 @@
+package analysis
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// TestRingBufferWording: a wrapped ring buffer is a fact only when the file says so; a round
+// event count opening on unknown frees is also what a trimmed file looks like.
+func TestRingBufferWording(t *testing.T) {
+	tests := []struct {
+		caps snapshot.Capabilities
+		want string
+	}{
+		{snapshot.Capabilities{HasTrace: true, TraceStart: "ring_buffer", RingBufferFull: true},
+			"the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost"},
+		{snapshot.Capabilities{HasTrace: true, TraceStart: "ring_buffer", MaxEntries: 100000},
+			"the trace ring buffer wrapped (it holds max_entries events): the oldest events are lost"},
+		{snapshot.Capabilities{HasTrace: true, TraceStart: "ring_buffer"},
+			"the trace ring buffer most likely wrapped (a round count of events opening on frees of blocks it never allocated; a file cut to its last events looks the same): the oldest events are lost"},
+	}
+	for _, tc := range tests {
+		if got := cannotAnswer(tc.caps, snapshot.Format{}); !strings.Contains(got, tc.want) {
+			t.Errorf("caps %+v:\n got %q\nwant it to contain %q", tc.caps, got, tc.want)
+		}
+	}
+}
+
+// TestSegmentStackHint: the triton file's blocks carry no frames, but one of its four segments
+// carries the stack that created it (answer key #14): summarize and top-stacks name it, as a lead.
+func TestSegmentStackHint(t *testing.T) {
+	s := realSnap(t, "pt2.5-2.8_max-split-512_no-history_triton-unfold.pkl")
+	want := "1 segment of 4 carries the stack of the request that created it (history was on then): it was created at projects/triton-unfold/unfold1d_elementwise.py:42 in unfold <- triton-unfold/./bench_fold1d.py:25 in random_unfold_triton <- triton-unfold/utils/benchmark.py:40 in benchmark"
+	sum, err := Summarize(context.Background(), s, SummaryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := TopStacks(s, TopStacksOptions{Device: AllDevices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, notes := range map[string][]string{"summarize": sum.Notes, "top-stacks": ts.Notes} {
+		if !slices.ContainsFunc(notes, func(n string) bool {
+			return strings.HasPrefix(n, want) && strings.HasSuffix(n, "the code their memory belongs to can only be guessed from it (a guess: any later request can reuse a segment)")
+		}) {
+			t.Errorf("%s notes %q", name, notes)
+		}
+	}
+	// Files with block stacks get no such note.
+	sum, err = Summarize(context.Background(), realSnap(t, "pt2.5-2.7_small-full-trace_cs336.pickle"), SummaryOptions{})
+	if err != nil || slices.ContainsFunc(sum.Notes, func(n string) bool { return strings.Contains(n, "the stack of the request that created it") }) {
+		t.Errorf("cs336 notes %q (%v)", sum.Notes, err)
+	}
+}
