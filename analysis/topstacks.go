@@ -276,14 +276,14 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				key = fmt.Sprint(b.Stack)
 			case "file":
 				key = at.File + "\x00" + at.Kind
-				if at.File == "" {
-					key += at.Site
-				}
 			case "function":
 				key = at.File + "\x00" + at.Function + "\x00" + at.Kind
-				if at.File == "" {
-					key += at.Site
-				}
+			}
+			if (opt.GroupBy == "file" || opt.GroupBy == "function") && at.File == "" {
+				// Without a file the row is a site's (<no stack recorded>, a C++ operator), and
+				// its role comes from size and timing alone: one row per role, as by site, so that
+				// a workspace is not counted into the weights beside it.
+				key += keys.rowKey(at, b.Stack)
 			}
 			if opt.GroupBy == "stack" {
 				key += "\x00" + keys.rowKey(at, b.Stack) // one row per role: a site can hold activations and a workspace

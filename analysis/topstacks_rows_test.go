@@ -146,3 +146,25 @@ func TestTopStacksLabelRowsCallPaths(t *testing.T) {
 	}
 	t.Fatal("no Optimizer.step#AdamW.step row")
 }
+
+// TestTopStacksFramelessRowsByRole: grouped by file, blocks without a file keep one row per
+// role, as by site: eornn's frameless cuBLAS workspace (8,519,680 B) and its 30 CNN weights
+// (262,144 B) were one 31-block [workspace] row (answer key #11).
+func TestTopStacksFramelessRowsByRole(t *testing.T) {
+	s := realSnap(t, "pt2.2_repeated-snapshot-events_cnn-counterfactuals_eornn.pickle")
+	for _, by := range []string{"file", "function"} {
+		r, err := TopStacks(s, TopStacksOptions{Device: AllDevices, GroupBy: by})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []string{}
+		for _, x := range r.Sites {
+			if x.Site == "<no stack recorded>" {
+				got = append(got, fmt.Sprintf("%s %d %d", x.Category, x.Bytes, x.Blocks))
+			}
+		}
+		if want := "workspace 8519680 1, parameter 262144 30"; strings.Join(got, ", ") != want {
+			t.Errorf("by %s: frameless rows %q, want %q", by, strings.Join(got, ", "), want)
+		}
+	}
+}
