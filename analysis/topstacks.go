@@ -248,6 +248,11 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			} else if b.Stack == snapshot.EmptyStack {
 				emptyStack++
 			}
+			if b.State == snapshot.StateInactive && at.Kind == SiteKindNone && (b.Stack == snapshot.NoStack || b.Stack == snapshot.EmptyStack) {
+				// The roles guessed for frameless blocks (weights alive since before the trace, a
+				// workspace by its size) are guesses about live memory: free memory is no one's.
+				at.Category, at.Evidence, at.retained = CategoryOther, "free cached memory whose last use recorded no stack", false
+			}
 			if byLabel {
 				label := labelsOf(dev).label(allocIdx)
 				if b.State == snapshot.StateInactive {

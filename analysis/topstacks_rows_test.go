@@ -168,3 +168,17 @@ func TestTopStacksFramelessRowsByRole(t *testing.T) {
 		}
 	}
 }
+
+// TestTopStacksInactiveFrameless: free blocks without a stack get no role guessed for live
+// memory: the compiled forward's 37 free blocks were "[parameter]" (answer key #5).
+func TestTopStacksInactiveFrameless(t *testing.T) {
+	s := realSnap(t, "pt2.5-2.7_torch-compile_cpp-frames_cs336-fwd.pickle")
+	r, err := TopStacks(s, TopStacksOptions{Device: AllDevices, State: "inactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Sites) != 1 || r.Sites[0].Category != CategoryOther || r.Sites[0].Bytes != 140066816 || r.Sites[0].Blocks != 37 ||
+		r.Sites[0].Evidence != "free cached memory whose last use recorded no stack" {
+		t.Errorf("sites %+v", r.Sites)
+	}
+}
