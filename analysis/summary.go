@@ -79,6 +79,10 @@ type TraceSummary struct {
 	// requested bytes, below the rounded block sizes allocated_bytes counts (it can read
 	// lower than the final allocated of a run that ends at its peak).
 	SizesAreRequested bool `json:"sizes_are_requested"`
+	// PeaksAreFinalState: the file has no trace (state only, or history events without
+	// allocations), so the peaks are the final state's allocated and reserved bytes, not a
+	// peak over time.
+	PeaksAreFinalState bool `json:"peaks_are_final_state"`
 }
 
 // DeviceSummary is one device's memory.
@@ -278,6 +282,7 @@ func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) Devic
 	peaks := replayPeaks(snap, dev)
 	ds.Trace.PeakAllocatedBytes, ds.Trace.PeakReservedBytes = peaks.allocated, peaks.reserved
 	ds.Trace.SizesAreRequested = peaks.requested && ds.Trace.Events > 0
+	ds.Trace.PeaksAreFinalState = !snap.Caps.HasTrace
 	return ds
 }
 

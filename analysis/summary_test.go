@@ -119,9 +119,11 @@ func TestSummarizeSizesAreRequested(t *testing.T) {
 		file            string
 		requested       bool
 		peak, allocated int64
+		finalState      bool // no trace: the peaks are the final state
 	}{
-		{realCompileForward, true, 17602723840, 17738153984},
-		{"pt2.5-2.7_hf-qwen2-inference_segment-free-churn_sqattn.pickle", false, 4351237120, 215105536},
+		{realCompileForward, true, 17602723840, 17738153984, false},
+		{"pt2.5-2.7_hf-qwen2-inference_segment-free-churn_sqattn.pickle", false, 4351237120, 215105536, false},
+		{"pt2.0_legacy-history_flexgen-opt.pickle", false, 11840159744, 11840159744, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
@@ -130,8 +132,8 @@ func TestSummarizeSizesAreRequested(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := s.Devices[0]
-			if d.Trace.SizesAreRequested != tc.requested || d.Trace.PeakAllocatedBytes != tc.peak || d.AllocatedBytes != tc.allocated {
-				t.Fatalf("requested %v, peak %d, allocated %d", d.Trace.SizesAreRequested, d.Trace.PeakAllocatedBytes, d.AllocatedBytes)
+			if d.Trace.SizesAreRequested != tc.requested || d.Trace.PeakAllocatedBytes != tc.peak || d.AllocatedBytes != tc.allocated || d.Trace.PeaksAreFinalState != tc.finalState {
+				t.Fatalf("requested %v, peak %d, allocated %d, final state %v", d.Trace.SizesAreRequested, d.Trace.PeakAllocatedBytes, d.AllocatedBytes, d.Trace.PeaksAreFinalState)
 			}
 			if strings.Contains(s.Text(), "(requested bytes, as the trace records them)") != tc.requested {
 				t.Errorf("text:\n%s", s.Text())

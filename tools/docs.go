@@ -374,6 +374,7 @@ var fieldDocs = map[string]string{
 	"TraceSummary.PeakReservedBytes":        "Peak reserved bytes from replaying the trace",
 	"TraceSummary.Incomplete":               "The trace does not reach back to the first allocation (recording started late or the ring buffer filled)",
 	"TraceSummary.SizesAreRequested":        "The trace records requested sizes: peak_allocated_bytes sums them, below the rounded block sizes allocated_bytes counts (so it can read below a final allocated that is the peak)",
+	"TraceSummary.PeaksAreFinalState":       "No trace (state only): the peaks are the final state's allocated and reserved bytes, not a peak over time",
 	"DeviceSummary.Device":                  "CUDA device index",
 	"DeviceSummary.Pools":                   "Segments grouped by pool, stream and segment type, largest reserved first",
 	"DeviceSummary.PoolsOmitted":            "Pool groups left out by the limit",
