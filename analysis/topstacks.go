@@ -663,9 +663,9 @@ func (r *TopStacksResult) Text() string {
 			b.WriteString(")")
 		}
 		b.WriteString("\n")
-		if (s.RetainedGraph || s.WithGradients || s.Category == CategoryUserContainer) && s.Percent >= 1 {
-			// A role from how the blocks outlived their pass: the reason is the finding (of
-			// rows that hold enough to matter).
+		if (s.RetainedGraph || s.WithGradients || s.Category == CategoryUserContainer || strings.HasPrefix(s.Evidence, "guess")) && s.Percent >= 1 {
+			// A role from how the blocks outlived their pass, or guessed from sizes and timing:
+			// the reason is the finding, or says it is a guess (of rows that hold enough to matter).
 			fmt.Fprintf(&b, "      why: %s\n", s.Evidence)
 		}
 		for _, f := range s.Stack {
