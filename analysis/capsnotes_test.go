@@ -73,3 +73,21 @@ func TestOOMNearMisses(t *testing.T) {
 		t.Errorf("qwen2 (empty_cache churn, no failure): notes %q (%v)", r.Notes, err)
 	}
 }
+
+// TestReplayForwardOnlyAdvice: the compiled forward saves 3.7 GiB of activations for a backward
+// the trace never shows (answer key #5): the replay says what inference_mode would not keep.
+// A trace with a backward pass gets checkpointing advice instead, never this.
+func TestReplayForwardOnlyAdvice(t *testing.T) {
+	r, err := Replay(context.Background(), realSnap(t, "pt2.5-2.7_torch-compile_cpp-frames_cs336-fwd.pickle"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "the trace holds a forward pass with grad enabled and no backward: 3.7 GiB (22%) at the peak are activations it saves for a backward; if none follows (a forward-only benchmark, evaluation, generation), run it under torch.inference_mode()"
+	if !strings.HasPrefix(r.ForwardOnlyAdvice, want) || r.CheckpointingAdvice != "" || !strings.Contains(r.Text(), want) {
+		t.Errorf("forward-only advice %q, checkpointing %q", r.ForwardOnlyAdvice, r.CheckpointingAdvice)
+	}
+	r, err = Replay(context.Background(), realSnap(t, "pt2.10_user-metadata_windows_cs336.pickle"), 0)
+	if err != nil || r.ForwardOnlyAdvice != "" || r.CheckpointingAdvice == "" {
+		t.Errorf("with a backward pass: forward-only %q, checkpointing %q (%v)", r.ForwardOnlyAdvice, r.CheckpointingAdvice, err)
+	}
+}

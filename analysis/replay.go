@@ -120,6 +120,10 @@ type ReplayResult struct {
 	// CheckpointingAdvice is set only when the trace shows a backward pass and activations are
 	// material at the peak: what activation checkpointing could save there.
 	CheckpointingAdvice string `json:"checkpointing_advice,omitempty"`
+	// ForwardOnlyAdvice is set when the trace shows a forward pass that saves activations for a
+	// backward (grad enabled) and no backward pass, with the activations material at the peak:
+	// what inference_mode would not keep, if no backward follows.
+	ForwardOnlyAdvice string `json:"forward_only_advice,omitempty"`
 	// PeakPhase is what the device was doing at the allocated peak: forward, backward, optimizer
 	// or "" (unknown: no frames say).
 	PeakPhase string `json:"peak_phase"`
@@ -1375,6 +1379,10 @@ func explainPeak(ctx context.Context, seed *engineSeed, end *engine, roles *Role
 		r.CheckpointingAdvice = fmt.Sprintf("activations saved for backward hold %s (%.0f%%) at the peak: activation checkpointing (torch.utils.checkpoint on the repeated blocks) would trade most of it for recompute",
 			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes))
 	}
+	if !roles.HasBackward(dev) && r.Workload == WorkloadTraining && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/10 && r.ActivationBytesAtPeak >= 512*mib {
+		r.ForwardOnlyAdvice = fmt.Sprintf("the trace holds a forward pass with grad enabled and no backward: %s (%.0f%%) at the peak are activations it saves for a backward; if none follows (a forward-only benchmark, evaluation, generation), run it under torch.inference_mode() (or torch.no_grad()) and they are not kept; if one does, they are the step's own (activation checkpointing trades them for recompute)",
+			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes))
+	}
 	return nil
 }
 
@@ -1612,6 +1620,9 @@ func (r *ReplayResult) Text() string {
 	}
 	if r.Workload != "" {
 		fmt.Fprintf(&b, "  workload: %s (%s)\n", r.Workload, r.WorkloadEvidence)
+	}
+	if r.ForwardOnlyAdvice != "" {
+		fmt.Fprintf(&b, "  %s\n", r.ForwardOnlyAdvice)
 	}
 	if r.CheckpointingAdvice != "" {
 		fmt.Fprintf(&b, "  %s\n", r.CheckpointingAdvice)

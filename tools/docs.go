@@ -201,6 +201,7 @@ var fieldDocs = map[string]string{
 	"ReplayResult.Workload":                  "training, inference or unknown, from the frames nearest the allocations (as in summarize)",
 	"ReplayResult.WorkloadEvidence":          "The frames and counts the workload comes from; guess marks a guess",
 	"ReplayResult.CheckpointingAdvice":       "Set only when the trace shows a backward pass and activations hold at least a fifth of the peak: what activation checkpointing could save",
+	"ReplayResult.ForwardOnlyAdvice":         "Set when the trace shows a grad-enabled forward pass and no backward, with activations material at the peak: inference_mode / no_grad would not keep them if no backward follows",
 	"ReplayResult.PeakPhase":                 "What the device was doing at the allocated peak: forward, backward or optimizer (from the frames of the allocations around it and Optimizer.step annotations); empty when no frame says",
 	"ReplayResult.PeakOutsideOptimizerBytes": "When the peak is inside an optimizer step: the highest allocated level outside optimizer steps (the forward/backward peak)",
 	"ReplayResult.OptimizerAdvice":           "Set only when an optimizer step sets the peak and its temporaries plus the state it re-allocates hold at least a tenth of it (and 64 MiB): how to make the update in place or fused",
