@@ -1,5 +1,7 @@
 package analysis
 
+// Notes and advice on real files (../shared/snapshots/real) that the answer keys call for.
+
 import (
 	"context"
 	"slices"
