@@ -61,6 +61,9 @@ type TopSite struct {
 	// pass allocated no gradient that stays alive, so the .grad tensors were already there
 	// and are most likely part of it, with the weights (a guess; the evidence says why).
 	WithGradients bool `json:"with_gradients,omitempty"`
+	// RoleBytes (rows of a file or function holding blocks of several roles): bytes by role;
+	// category is the role holding the most.
+	RoleBytes map[string]int64 `json:"role_bytes,omitempty"`
 	// Devices (every device of a file with more than one) are the devices holding the
 	// group's blocks: a row sums them, so a row on two devices is two GPUs' memory.
 	Devices []int `json:"devices,omitempty"`
@@ -156,6 +159,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		paths     map[string]*pathShare
 		repPath   string
 		heldBytes int64
+		// roleShares (rows of a file or function): the blocks by role, keyed by it: such a
+		// row mixes sites, and its role is the one holding the most bytes
+		roleShares map[string]*pathShare
 		// roleBytes (label groups): bytes per role; the row shows the largest
 		roleBytes map[string]int64
 		rep       representative
@@ -297,6 +303,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			if g == nil {
 				g = &agg{ts: TopSite{SiteIdentity: at.SiteIdentity, Category: at.Category, Evidence: at.Evidence, RetainedGraph: at.retained, Stack: at.Stack},
 					topID: b.Stack, topSize: b.Size, sizes: sizeHist{}, allOther: true, dev: dev, paths: map[string]*pathShare{}}
+				if opt.GroupBy == "file" || opt.GroupBy == "function" {
+					g.roleShares = map[string]*pathShare{}
+				}
 				switch opt.GroupBy {
 				case "file":
 					if at.File != "" {
@@ -316,6 +325,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g.ts.Blocks++
 			g.sizes.add(b.Size)
 			addPath(g.paths, &at, b)
+			if g.roleShares != nil {
+				addPath(g.roleShares, &Attribution{Category: at.Category, Evidence: at.Evidence, Stack: at.Stack, retained: at.retained, callPath: at.Category}, b)
+			}
 			if at.Category == CategoryUserContainer {
 				g.heldBytes += b.Size
 			}
@@ -376,13 +388,32 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 		// with a block your code holds (the row is that list), or most of a file's or
 		// function's row is held. Rows of a file or function mix sites: their role is the
 		// path's too.
-		held := g.rep.held && (opt.GroupBy == "site" || opt.GroupBy == "stack" || g.heldBytes*2 >= g.ts.Bytes)
+		held := g.rep.held && (opt.GroupBy == "site" || opt.GroupBy == "stack")
 		if !held && len(g.paths) > 1 {
 			best := topPath(g.paths)
 			p := g.paths[best]
 			g.topID, g.ts.Stack, g.repPath = p.id, p.stack, best
-			if opt.GroupBy == "file" || opt.GroupBy == "function" {
-				g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = p.category, p.evidence, p.retained
+		}
+		if len(g.roleShares) > 0 {
+			// A file's or function's row mixes sites: the role holding the most bytes speaks,
+			// with its largest block's evidence (and stack, where the top path is another
+			// role's); the others are listed (role_bytes).
+			role := topPath(g.roleShares)
+			p := g.roleShares[role]
+			g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = role, p.evidence, p.retained
+			if q := g.paths[g.repPath]; q == nil || q.category != role {
+				g.topID, g.ts.Stack = p.id, p.stack
+				for k, q := range g.paths {
+					if q.id == p.id {
+						g.repPath = k
+					}
+				}
+			}
+			if len(g.roleShares) > 1 {
+				g.ts.RoleBytes = map[string]int64{}
+				for c, q := range g.roleShares {
+					g.ts.RoleBytes[c] = q.bytes
+				}
 			}
 		}
 		g.ts.CallPaths = len(g.paths)
@@ -646,7 +677,19 @@ func (r *TopStacksResult) Text() string {
 			fmt.Fprintf(&b, " in %s", s.Function)
 		}
 		if s.Blocks > 0 || s.TraceAllocs == 0 {
-			fmt.Fprintf(&b, "  [%s]", s.Category)
+			fmt.Fprintf(&b, "  [%s", s.Category)
+			if len(s.RoleBytes) > 1 {
+				others := slices.Collect(maps.Keys(s.RoleBytes))
+				slices.SortFunc(others, func(x, y string) int { return cmp.Or(cmp.Compare(s.RoleBytes[y], s.RoleBytes[x]), strings.Compare(x, y)) })
+				parts := []string{}
+				for _, c := range others {
+					if c != s.Category && len(parts) < 3 {
+						parts = append(parts, fmt.Sprintf("%s %s", c, FormatBytes(s.RoleBytes[c])))
+					}
+				}
+				fmt.Fprintf(&b, " %s; also %s", FormatBytes(s.RoleBytes[s.Category]), strings.Join(parts, ", "))
+			}
+			b.WriteString("]")
 		}
 		switch len(s.Devices) {
 		case 0:

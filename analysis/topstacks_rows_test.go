@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -180,5 +181,25 @@ func TestTopStacksInactiveFrameless(t *testing.T) {
 	if len(r.Sites) != 1 || r.Sites[0].Category != CategoryOther || r.Sites[0].Bytes != 140066816 || r.Sites[0].Blocks != 37 ||
 		r.Sites[0].Evidence != "free cached memory whose last use recorded no stack" {
 		t.Errorf("sites %+v", r.Sites)
+	}
+}
+
+// TestTopStacksFunctionRowRoles: a function's row takes the role holding most of its bytes,
+// and lists the others: tomi's forward row is a cuBLAS workspace (8,519,680 B) beside a 512 B
+// block held past its pass, and was labelled user_container with "del them after backward"
+// (answer key #4 lists a leaking backward buffer as the wrong advice).
+func TestTopStacksFunctionRowRoles(t *testing.T) {
+	s := realSnap(t, "pt2.3-2.4_json-form_resnet-tomi.json")
+	r, err := TopStacks(s, TopStacksOptions{Device: AllDevices, GroupBy: "function"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := r.Sites[0]
+	if top.Site != "generate_snapshot.py:forward" || top.Category != CategoryWorkspace || top.Bytes != 8520192 ||
+		!maps.Equal(top.RoleBytes, map[string]int64{CategoryWorkspace: 8519680, CategoryUserContainer: 512}) || strings.Contains(top.Evidence, "backward") {
+		t.Errorf("top row %+v", top)
+	}
+	if want := "[workspace 8.1 MiB; also user_container 512 B]"; !strings.Contains(r.Text(), want) {
+		t.Errorf("text lacks %q:\n%s", want, r.Text())
 	}
 }

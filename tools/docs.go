@@ -54,6 +54,7 @@ var fieldDocs = map[string]string{
 	"TopSite.CallPaths":     "How many paths through the user's own code the group's blocks come from (stacks that differ only inside libraries, torch or generated code are one path); group_by stack splits the row by stack",
 	"TopSite.CallPathBytes": "Bytes of the group on the representative stack's call path (stack, stack_id): the path holding the most",
 	"TopSite.WithGradients": "Frameless memory from before the trace that most likely holds the weights' gradients as well as the weights: the trace's backward computes gradients of its sizes and adds them into existing .grad tensors (a guess; evidence says why)",
+	"TopSite.RoleBytes":     "Rows of a file or function holding blocks of several roles: bytes by role (category is the role holding the most)",
 	"TopSite.Devices":       "The devices holding the group's blocks, given when the file has more than one device and no device was asked for: the row sums them",
 	"TopSite.Percent":       "Share of total_bytes",
 	"TopSite.Category":      "Role: parameter, gradient, optimizer_state, activation (saved for backward), temporary, backward_temporary, communication, kv_cache, autocast_cache, workspace, user_container (a user-code site accumulating across steps) or other; decided by the frames nearest the allocation and the trace's timing",
