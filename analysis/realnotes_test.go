@@ -93,3 +93,16 @@ func TestReplayForwardOnlyAdvice(t *testing.T) {
 		t.Errorf("with a backward pass: forward-only %q, checkpointing %q (%v)", r.ForwardOnlyAdvice, r.CheckpointingAdvice, err)
 	}
 }
+
+// TestWhatIfEmptyCacheChurn: qwen2's churn is 28 explicit empty_cache() calls (answer key #13):
+// the what-if says no setting removes it, where it ranked expandable segments first in silence.
+func TestWhatIfEmptyCacheChurn(t *testing.T) {
+	r, err := WhatIf(context.Background(), realSnap(t, "pt2.5-2.7_hf-qwen2-inference_segment-free-churn_sqattn.pickle"), nil, WhatIfOptions{Recommend: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "28 runs of segment releases are explicit torch.cuda.empty_cache() calls (empty_cache in their stacks, or no new segment right after them): every replay makes them at the same points, so no setting removes the cudaFree and cudaMalloc calls they cause"
+	if !slices.ContainsFunc(r.Devices[0].Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
+		t.Errorf("notes %q", r.Devices[0].Notes)
+	}
+}

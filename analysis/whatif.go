@@ -590,7 +590,7 @@ func whatIfDevice(t *allocator.Trace, capacity int64, src string, capNotes []str
 		d.Notes = append(d.Notes, "fidelity below 100%: "+f.Reason)
 	}
 	if t.EmptyCacheCalls > 0 {
-		d.Notes = append(d.Notes, fmt.Sprintf("%s of segment releases are explicit torch.cuda.empty_cache() calls (empty_cache in their stacks, or no new segment right after them): every replay makes them at the same points", count(t.EmptyCacheCalls, "run")))
+		d.Notes = append(d.Notes, fmt.Sprintf("%s of segment releases are explicit torch.cuda.empty_cache() calls (empty_cache in their stacks, or no new segment right after them): every replay makes them at the same points, so no setting removes the cudaFree and cudaMalloc calls they cause (most of the counts above when they are many); removing the calls does (replay / fragmentation name the code that makes them)", count(t.EmptyCacheCalls, "run")))
 	}
 	if len(t.OOMs) > 0 {
 		d.Notes = append(d.Notes, fmt.Sprintf("what follows the first OOM (event %d) is the program's reaction to it: the replays follow the recording there too, and a request they serve at an OOM event is given back at once", t.OOMs[0]))
