@@ -106,3 +106,21 @@ func TestWhatIfEmptyCacheChurn(t *testing.T) {
 		t.Errorf("notes %q", r.Devices[0].Notes)
 	}
 }
+
+// TestReplaySawtoothFirstStep: tomi's first step makes the cuBLAS workspaces that later steps
+// keep (answer key #4): its 16.3 MiB rise is that step's, not every step's. eornn's first step
+// rises as much as the others: no such remark.
+func TestReplaySawtoothFirstStep(t *testing.T) {
+	r, err := Replay(context.Background(), realSnap(t, "pt2.3-2.4_json-form_resnet-tomi.json"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "sawtooth over 4 complete steps: starts at 3.7 KiB (the last at 16.3 MiB), rises by up to 16.3 MiB within a step (the first step, which makes what later steps keep) (peak 17.3 MiB); no growth from one step to the next"
+	if !strings.Contains(r.Text(), want) {
+		t.Errorf("text lacks %q:\n%s", want, r.Text())
+	}
+	r, err = Replay(context.Background(), realSnap(t, "pt2.2_repeated-snapshot-events_cnn-counterfactuals_eornn.pickle"), 0)
+	if err != nil || !strings.Contains(r.Text(), "starts at 23.4 MiB (the last at 46.5 MiB), rises by up to 56.8 MiB within a step (peak 103 MiB)") {
+		t.Errorf("eornn (%v):\n%s", err, r.Text())
+	}
+}

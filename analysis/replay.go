@@ -1657,8 +1657,18 @@ func (r *ReplayResult) Text() string {
 	}
 	if r.IterationSource != IterationsNone {
 		if st := r.Sawtooth; st.Iterations > 0 {
-			fmt.Fprintf(&b, "; sawtooth over %d complete steps: starts at %s, rises by up to %s within a step (peak %s)",
-				st.Iterations, FormatBytes(st.FirstStartBytes), FormatBytes(st.MaxRiseBytes), FormatBytes(st.MaxPeakBytes))
+			// A first step that makes what the later ones keep (workspaces, optimizer state)
+			// starts lower and rises most: say so, or its rise reads as every step's.
+			start, rise := FormatBytes(st.FirstStartBytes), ""
+			if d := st.LastStartBytes - st.FirstStartBytes; st.Iterations > 1 && st.GrowthPerIterationBytes <= 0 && (d > mib || d*10 > st.LastStartBytes) {
+				start += fmt.Sprintf(" (the last at %s)", FormatBytes(st.LastStartBytes))
+				// A later step starting near the last start rises at most to the highest peak.
+				if st.MaxRiseIndex == 0 && st.MaxRiseBytes*5 > (st.MaxPeakBytes-st.LastStartBytes)*6 {
+					rise = " (the first step, which makes what later steps keep)"
+				}
+			}
+			fmt.Fprintf(&b, "; sawtooth over %d complete steps: starts at %s, rises by up to %s within a step%s (peak %s)",
+				st.Iterations, start, FormatBytes(st.MaxRiseBytes), rise, FormatBytes(st.MaxPeakBytes))
 			if st.GrowthPerIterationBytes > 0 {
 				fmt.Fprintf(&b, "; each step leaves %s more allocated than the one before (%s at the start of the last)",
 					FormatBytes(st.GrowthPerIterationBytes), FormatBytes(st.LastStartBytes))
