@@ -211,7 +211,7 @@ func (r *Roles) heldByCaller(d *deviceRoles, at Attribution, stack snapshot.Stac
 	}
 	if ev, ok := r.reentered(stack, cur); ok {
 		at.Category = CategoryUserContainer
-		at.Evidence = ev + "; del it before the next call, or keep only what you need (argmax, .item(), .cpu())"
+		at.Evidence = ev + "; if nothing later reads it, del it before the next call or keep only what you need (argmax, .item(), .cpu()); an output kept as the next call's input is needed"
 		return at, true
 	}
 	return at, false

@@ -300,7 +300,7 @@ func TestReplayTextShowsHeldOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := r.Text()
-	want := "        why: the output of an earlier call of forward (made at models/llama/modeling_llama.py:856 in forward), still alive while the next call runs (now at models/llama/modeling_llama.py:838 in forward): held by its caller mcx/select_n/validate_old.py:63 in validate; del it before the next call"
+	want := "        why: the output of an earlier call of forward (made at models/llama/modeling_llama.py:856 in forward), still alive while the next call runs (now at models/llama/modeling_llama.py:838 in forward): held by its caller mcx/select_n/validate_old.py:63 in validate; if nothing later reads it, del it before the next call"
 	if !strings.Contains(text, want) || strings.Count(text, "why:") != 1 {
 		t.Errorf("text:\n%s", text)
 	}

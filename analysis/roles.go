@@ -215,7 +215,7 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 	}
 	if at.ctx == ctxForward && d.hasTrace && d.workload == WorkloadInference && b.State == snapshot.StateActiveAllocated && at.UserSite != "" {
 		at.Category = CategoryUserContainer
-		at.Evidence = "a forward output still alive after the pass, held by your code (" + at.UserSite + "), e.g. the last batch's logits or a layer's output kept for the next step: del it, or keep only what you need (argmax, .item(), .cpu())"
+		at.Evidence = "a forward output still alive after the pass, held by your code (" + at.UserSite + "), e.g. the last batch's logits or a layer's output kept for the next step: if nothing later reads it, del it or keep only what you need (argmax, .item(), .cpu()); an output kept as the next call's input (layer by layer, a generation cache) is needed"
 	}
 	if at.ctx == ctxBackward && at.Category == CategoryBackwardTemporary && b.State == snapshot.StateActiveAllocated {
 		at.Category = CategoryGradient
