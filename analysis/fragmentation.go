@@ -498,9 +498,9 @@ func (r *FragmentationResult) Text() string {
 		if g.InactiveBytes > 0 {
 			largest = fmt.Sprintf("%s, %.0f%% of it", largest, 100-g.FragmentationPercent)
 		}
-		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %s, reserved %s, free %s in %s (largest piece %s), %d mostly free, releasable %s\n",
+		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %s, reserved %s, free %s in %s (largest piece %s), %d fully free, %d mostly free, releasable %s\n",
 			g.Device, g.Pool, g.Stream, g.SegmentType, exp, count(g.Segments, "segment"), FormatBytes(g.ReservedBytes), FormatBytes(g.InactiveBytes), count(g.FreeBlocks, "block"),
-			largest, g.MostlyFreeSegments, FormatBytes(g.ReleasableBytes))
+			largest, g.FullyFreeSegments, g.MostlyFreeSegments, FormatBytes(g.ReleasableBytes))
 	}
 	if len(r.Groups) < r.TotalGroups {
 		fmt.Fprintf(&b, "  (%d more groups)\n", r.TotalGroups-len(r.Groups))
