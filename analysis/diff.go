@@ -51,6 +51,8 @@ type DiffSite struct {
 	BlocksAfter  int    `json:"blocks_after"`
 	DeltaBlocks  int    `json:"delta_blocks"`
 	minAfter     int64  // the smallest live block after: a per-step scalar (the loss) is the smallest
+	// sizes of the live blocks before and after (block size -> count)
+	sizesBefore, sizesAfter sizeHist
 }
 
 // DiffRole is the live memory of one role in both snapshots.
@@ -189,7 +191,7 @@ type diffRow struct {
 	hasUC      bool
 	bytes      int64
 	blocks     int
-	sizes      sizeHist // rows of role other only: the container test reads them
+	sizes      sizeHist // block sizes (the container test reads those of rows of role other)
 	minSize    int64    // the smallest block (see DiffSite.minAfter)
 }
 
@@ -222,18 +224,13 @@ func diffOneSide(snap *snapshot.Snapshot, roles *Roles, opt DiffOptions) diffSid
 			if !ok {
 				i = len(sd.rows)
 				index[k] = i
-				sd.rows = append(sd.rows, diffRow{key: k, id: at.SiteIdentity, category: at.Category})
-				if rowCat == CategoryOther {
-					sd.rows[i].sizes = sizeHist{}
-				}
+				sd.rows = append(sd.rows, diffRow{key: k, id: at.SiteIdentity, category: at.Category, sizes: sizeHist{}})
 			}
 			row := &sd.rows[i]
 			if at.Category == CategoryUserContainer && !row.hasUC {
 				row.hasUC, row.ucEvidence = true, at.Evidence
 			}
-			if row.sizes != nil {
-				row.sizes.add(b.Size)
-			}
+			row.sizes.add(b.Size)
 			if row.minSize == 0 || b.Size < row.minSize {
 				row.minSize = b.Size
 			}
@@ -272,9 +269,9 @@ func diffSites(before, after *diffSide, r *DiffResult) []DiffSite {
 			ks[k].sizes[side] = row.sizes
 			if side == 1 {
 				d.minAfter = row.minSize
-				d.BytesAfter, d.BlocksAfter = row.bytes, row.blocks
+				d.BytesAfter, d.BlocksAfter, d.sizesAfter = row.bytes, row.blocks, row.sizes
 			} else {
-				d.BytesBefore, d.BlocksBefore = row.bytes, row.blocks
+				d.BytesBefore, d.BlocksBefore, d.sizesBefore = row.bytes, row.blocks, row.sizes
 			}
 		}
 	}
@@ -444,8 +441,16 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 		out = append(out, p)
 	}
 	if len(out) > 0 && r.DeltaBytes <= 0 && len(all) > 0 {
-		// A site gained blocks, yet live memory did not grow: what it gained, other sites lost.
-		out = []DiffPattern{movedNotGrown(all, r)}
+		// A site gained blocks, yet live memory did not grow. When other sites lost blocks of
+		// the sizes it gained, the same tensors were made again elsewhere (an out-of-place
+		// update replacing its state): moved, not grown. Otherwise the pattern stands, with
+		// the caveat: snapshots at different points of a step can hide growth behind what a
+		// pass frees.
+		if movedBySize(out[0], all) {
+			out = []DiffPattern{movedNotGrown(all, r)}
+		} else {
+			out[0].Evidence += "; but live memory did not grow in all: if the snapshots were taken at different points of a step, other memory freed in between can hide the growth, or the growth be memory moving between sites; dump both at the same point of the loop to tell"
+		}
 	}
 	if p, ok := optimizerFirstStep(g, len(out) == 0); ok {
 		out = append(out, p)
@@ -524,6 +529,34 @@ func growingContainer(g growth, r *DiffResult) (DiffPattern, bool) {
 	}
 	return DiffPattern{Name: PatternGrowingContainer, Site: best.Site, UserSite: best.UserSite, Evidence: ev,
 		Fix: fmt.Sprintf("at %s detach and move to CPU before appending (x.detach().cpu()), or bound the container (collections.deque(maxlen=N), clear it each epoch)", best.Site)}, true
+}
+
+// movedBySize: the pattern's site gained blocks whose sizes other sites lost (at least four
+// fifths of its growth, size for size).
+func movedBySize(p DiffPattern, all []DiffSite) bool {
+	i := slices.IndexFunc(all, func(d DiffSite) bool { return d.Site == p.Site && growing(d) })
+	if i < 0 {
+		return false
+	}
+	d := all[i]
+	shrunk := map[int64]int{}
+	for j, x := range all {
+		if j == i || x.DeltaBytes >= 0 {
+			continue
+		}
+		for size, n := range x.sizesBefore {
+			if lost := n - x.sizesAfter[size]; lost > 0 {
+				shrunk[size] += lost
+			}
+		}
+	}
+	var matched int64
+	for size, n := range d.sizesAfter {
+		if gained := n - d.sizesBefore[size]; gained > 0 {
+			matched += size * int64(min(gained, shrunk[size]))
+		}
+	}
+	return matched*5 >= d.DeltaBytes*4
 }
 
 // movedNotGrown: sites grew in bytes and blocks while live memory did not: tensors freed at one
@@ -658,6 +691,10 @@ func diffNotes(before, after *snapshot.Snapshot, r *DiffResult) []string {
 	}
 	if (before.Caps.PythonOnly || after.Caps.PythonOnly) && slices.ContainsFunc(r.Sites, func(d DiffSite) bool { return d.Site == SiteNoPython }) {
 		notes = append(notes, "Python-only stacks: backward-pass memory has no frame and is grouped as <no Python frame>")
+	}
+	if r.sameRun() && !strings.HasPrefix(r.runReasons, "both are the same file") && lastEventTime(before, -1) == 0 && lastEventTime(after, -1) == 0 {
+		notes = append(notes, fmt.Sprintf("neither file records trace times, so their order is the one given: %s before %s; if %s was written first, give them the other way round (growth reads as shrinking)",
+			r.BeforePath, r.AfterPath, r.AfterPath))
 	}
 	switch {
 	case !r.sameRun():

@@ -115,7 +115,7 @@ func TestReplaySawtoothFirstStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "sawtooth over 4 complete steps: starts at 3.7 KiB (the last at 16.3 MiB), rises by up to 16.3 MiB within a step (the first step, which makes what later steps keep) (peak 17.3 MiB); no growth from one step to the next"
+	want := "sawtooth over 4 complete steps: starts at 3.7 KiB (the last at 16.3 MiB), rises by up to 16.3 MiB within a step (the first step: most likely one-time memory that later steps keep) (peak 17.3 MiB); no growth from one step to the next"
 	if !strings.Contains(r.Text(), want) {
 		t.Errorf("text lacks %q:\n%s", want, r.Text())
 	}

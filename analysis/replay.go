@@ -1664,7 +1664,7 @@ func (r *ReplayResult) Text() string {
 				start += fmt.Sprintf(" (the last at %s)", FormatBytes(st.LastStartBytes))
 				// A later step starting near the last start rises at most to the highest peak.
 				if st.MaxRiseIndex == 0 && st.MaxRiseBytes*5 > (st.MaxPeakBytes-st.LastStartBytes)*6 {
-					rise = " (the first step, which makes what later steps keep)"
+					rise = " (the first step: most likely one-time memory that later steps keep)"
 				}
 			}
 			fmt.Fprintf(&b, "; sawtooth over %d complete steps: starts at %s, rises by up to %s within a step%s (peak %s)",

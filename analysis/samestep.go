@@ -25,10 +25,14 @@ type sameStep struct {
 	lastTime int64  // the earlier file's last event (trace clock, µs)
 }
 
-// lastEventTime is the trace clock of the file's last timed event (0: none).
-func lastEventTime(s *snapshot.Snapshot) int64 {
+// lastEventTime is the trace clock of the file's last timed event (0: none), on device (or
+// on any, AllDevices).
+func lastEventTime(s *snapshot.Snapshot, device int) int64 {
 	var last int64
-	for _, evs := range s.DeviceTraces {
+	for dev, evs := range s.DeviceTraces {
+		if device >= 0 && dev != device {
+			continue
+		}
 		for i := len(evs) - 1; i >= 0; i-- {
 			if evs[i].TimeUS != 0 {
 				last = max(last, evs[i].TimeUS)
@@ -42,11 +46,13 @@ func lastEventTime(s *snapshot.Snapshot) int64 {
 // findSameStep reports whether before and after (one run, in time order) were written inside
 // one step of every device whose trace shows it: the later trace starts no later than the
 // earlier file's last event and shows events after it, and either its steps (annotations,
-// metadata or phases) start none after that moment, or, with steps unknown, everything from
-// that moment on is one phase run of forward, backward or optimizer work in a trace with a
-// single forward pass (a guess: one long forward can also be several).
+// metadata or phases) start none after that moment, or, with steps unknown, the device runs a
+// grad-enabled forward and no backward (the forward half of a step) and everything from that
+// moment on is its one forward run (a guess). Phases carry over events without frames of
+// their own, so a trace without backward or optimizer work is one forward run however many
+// calls it makes: an inference loop is never read as one step.
 func findSameStep(before, after *snapshot.Snapshot, ra *Roles, device int) (sameStep, bool) {
-	t := lastEventTime(before)
+	t := lastEventTime(before, device)
 	if t == 0 {
 		return sameStep{}, false
 	}
@@ -86,7 +92,7 @@ func findSameStep(before, after *snapshot.Snapshot, ra *Roles, device int) (same
 			}
 			r := run(k)
 			p := d.runPhases[r]
-			if p == phaseNone || r != run(len(evs)-1) || forwardRuns != 1 {
+			if w, _ := ra.Workload(dev); w != WorkloadTraining || ra.HasBackward(dev) || p != phaseForward || r != run(len(evs)-1) || forwardRuns != 1 {
 				return sameStep{}, false
 			}
 			s.phase, s.guess = phaseNames[p], true
@@ -103,8 +109,10 @@ func findSameStep(before, after *snapshot.Snapshot, ra *Roles, device int) (same
 func sameStepPattern(s sameStep, all []DiffSite, r *DiffResult) DiffPattern {
 	ev := fmt.Sprintf("both snapshots fall inside one step: device %d's trace in %s covers the moment %s was written (its events from %d of %d come after it)",
 		s.dev, baseName(r.AfterPath), baseName(r.BeforePath), s.from, s.events)
+	own := "that step's own memory as it runs (what it makes and frees within the step: activations, gradients, an optimizer's new state), not memory kept from step to step"
 	if s.guess {
-		ev += fmt.Sprintf(" and all of them are one %s phase, in a trace with a single forward pass and no step boundary (a guess: the file records no steps)", s.phase)
+		ev += fmt.Sprintf(" and all of them are one grad-enabled %s pass with no backward in the trace (a guess: the file records no steps, and a forward called in a loop reads the same)", s.phase)
+		own = "that forward pass's own memory as it runs (activations it saves for its backward), not memory kept from one call to the next"
 	} else {
 		ev += fmt.Sprintf(" and no step starts after it (the trace's %s, found from %s)", count(s.steps, "step"), strings.ReplaceAll(s.source, "_", " "))
 	}
@@ -113,7 +121,7 @@ func sameStepPattern(s sameStep, all []DiffSite, r *DiffResult) DiffPattern {
 		d := all[0]
 		ev += fmt.Sprintf("; the largest growth %s %s in %+d blocks [%s]", d.Site, formatDelta(d.DeltaBytes), d.DeltaBlocks, d.Category)
 	}
-	ev += ") is that step's own memory as it runs: a forward pass saving activations for its backward, gradients appearing, an optimizer making its new state: not memory kept from step to step, and no leak pattern applies"
+	ev += ") is " + own + ", and no leak pattern applies"
 	return DiffPattern{Name: PatternWithinOneStep, Evidence: ev,
-		Fix: "none for a leak: to look for one, dump snapshots at the same point of two different steps (e.g. right after optimizer.step() at step 5 and at step 50) and diff those; for what this step holds at its peak, run replay on the later file"}
+		Fix: "none for a leak: to look for one, dump snapshots at the same point of two different steps or calls (e.g. right after optimizer.step() at step 5 and at step 50) and diff those; for what this step holds at its peak, run replay on the later file"}
 }

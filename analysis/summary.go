@@ -282,7 +282,7 @@ func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) Devic
 	peaks := replayPeaks(snap, dev)
 	ds.Trace.PeakAllocatedBytes, ds.Trace.PeakReservedBytes = peaks.allocated, peaks.reserved
 	ds.Trace.SizesAreRequested = peaks.requested && ds.Trace.Events > 0
-	ds.Trace.PeaksAreFinalState = !snap.Caps.HasTrace
+	ds.Trace.PeaksAreFinalState = dev >= len(snap.DeviceTraces) || !snapshot.IsHistory(snap.DeviceTraces[dev])
 	return ds
 }
 

@@ -107,11 +107,15 @@ type WhatIfRun struct {
 	// CacheFlushes: cudaMalloc failures recovered from by freeing the whole cache and
 	// retrying (each a device-wide synchronize and a cudaFree per cached segment).
 	CacheFlushes int `json:"cache_flushes"`
+	// CudaFreeCalls: segments freed (segment_free) plus page ranges unmapped (segment_unmap):
+	// by flushes, garbage collection, max_split_size_mb releases and empty_cache() calls alike.
+	CudaFreeCalls int `json:"cuda_free_calls"`
 }
 
 func whatIfRun(r *allocator.RunResult) WhatIfRun {
 	return WhatIfRun{PeakReservedBytes: r.Stats.PeakReserved, PeakAllocatedBytes: r.Stats.PeakAllocated,
-		CudaMallocCalls: r.Stats.SegmentAllocs + r.Stats.SegmentMaps, OOMCount: r.Stats.OOMs, CacheFlushes: r.Stats.CacheFlushes}
+		CudaMallocCalls: r.Stats.SegmentAllocs + r.Stats.SegmentMaps, OOMCount: r.Stats.OOMs, CacheFlushes: r.Stats.CacheFlushes,
+		CudaFreeCalls: r.Stats.SegmentFrees + r.Stats.SegmentUnmaps}
 }
 
 // WhatIfOOM is one recorded OOM under the baseline and the what-if.
@@ -152,6 +156,7 @@ type WhatIfCandidate struct {
 	PeakAllocatedBytes int64          `json:"peak_allocated_bytes"`
 	CudaMallocCalls    int            `json:"cuda_malloc_calls"`
 	CacheFlushes       int            `json:"cache_flushes"`
+	CudaFreeCalls      int            `json:"cuda_free_calls"`
 	Baseline           bool           `json:"baseline"`
 }
 
@@ -313,6 +318,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 				c.PeakAllocatedBytes += r.Stats.PeakAllocated
 				c.CudaMallocCalls += r.Stats.SegmentAllocs + r.Stats.SegmentMaps
 				c.CacheFlushes += r.Stats.CacheFlushes
+				c.CudaFreeCalls += r.Stats.SegmentFrees + r.Stats.SegmentUnmaps
 				for _, o := range r.OOMs {
 					if o.Fits {
 						c.OOMsAvoided++
@@ -350,10 +356,12 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		out.Notes = append(out.Notes, "the what-if settings are the file's own: the what-if is the baseline")
 	}
 	var basePeak, bestPeak int64
-	var baseFlushes, bestFlushes int
+	var baseFlushes, bestFlushes, baseFrees, bestFrees int
 	for _, dr := range all {
 		baseFlushes += dr.base.Stats.CacheFlushes
 		bestFlushes += dr.runs[best].Stats.CacheFlushes
+		baseFrees += dr.base.Stats.SegmentFrees + dr.base.Stats.SegmentUnmaps
+		bestFrees += dr.runs[best].Stats.SegmentFrees + dr.runs[best].Stats.SegmentUnmaps
 		d := whatIfDevice(dr.t, dr.cap, dr.src, dr.notes, dr.base, dr.runs[best], grid[best], base)
 		recordedAllocated(snap, &d)
 		out.Devices = append(out.Devices, d)
@@ -365,7 +373,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		out.Notes = append(out.Notes, noChangeNeeded(basePeak, bestPeak, confName(out.Settings), all[0].cap > 0))
 	}
 	if !out.ChangeNeeded && baseFlushes > 0 {
-		out.Notes = append(out.Notes, cacheFlushesNote(baseFlushes, bestFlushes, out.Settings, sameAllocSettings(grid[best], base)))
+		out.Notes = append(out.Notes, cacheFlushesNote(baseFlushes, bestFlushes, baseFrees, bestFrees, out.Settings, sameAllocSettings(grid[best], base)))
 	}
 	return out, nil
 }
@@ -373,13 +381,16 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 // cacheFlushesNote: the file's own settings met cudaMalloc failures and recovered by freeing
 // the whole cache; what the chosen setting does about it, and what removes them whatever the
 // setting.
-func cacheFlushesNote(base, best int, s WhatIfSettings, same bool) string {
+func cacheFlushesNote(base, best, baseFrees, bestFrees int, s WhatIfSettings, same bool) string {
 	n := fmt.Sprintf("with the file's own settings the replay meets %s: cudaMalloc failed, and the allocator freed every cached segment and retried; no OOM, but each is a device-wide synchronize and a cache rebuilt from cudaMalloc calls: the device is at its limit",
 		cacheFlushes(base))
 	if !same {
 		n += fmt.Sprintf("; %s meets %d", confName(s), best)
 		if s.GarbageCollectionThreshold > 0 {
 			n += " (only with torch.cuda.set_per_process_memory_fraction set: the threshold is a fraction of it)"
+		}
+		if bestFrees*10 >= baseFrees*8 {
+			n += fmt.Sprintf(", yet frees segments about as often (%d cudaFree calls, %d with the file's own): the churn moves, it does not go", bestFrees, baseFrees)
 		}
 	}
 	return n + "; lowering the peak (what is live at it: memsnap replay / MCP replay) removes them under any setting"
@@ -719,6 +730,7 @@ func (r *WhatIfResult) Text() string {
 		fmt.Fprintf(&b, "  %-18s %12d %12d\n", "OOMs", d.Baseline.OOMCount, d.WhatIf.OOMCount)
 		if d.Baseline.CacheFlushes+d.WhatIf.CacheFlushes > 0 {
 			fmt.Fprintf(&b, "  %-18s %12d %12d\n", "cache flushes", d.Baseline.CacheFlushes, d.WhatIf.CacheFlushes)
+			fmt.Fprintf(&b, "  %-18s %12d %12d\n", "cudaFree calls", d.Baseline.CudaFreeCalls, d.WhatIf.CudaFreeCalls)
 		}
 		for _, o := range d.OOMs {
 			fmt.Fprintf(&b, "  OOM at event %d (%s requested): baseline %s; what-if %s\n", o.EventIndex, FormatBytes(o.RequestedBytes),

@@ -41,7 +41,7 @@ func TestWhatIfCommand(t *testing.T) {
 	}
 	d := v.Devices[0]
 	if d.Device != 0 || d.CapacityBytes != 2<<30 || d.CapacitySource != "oom_event" || d.Start != "empty" || d.Fidelity.Recorded != 50 || d.Fidelity.Reproduced != 50 ||
-		d.Baseline["oom_count"] != 1 || d.Baseline["cuda_malloc_calls"] != 50 || d.Baseline["cache_flushes"] != 1 || len(d.WhatIf) != 5 || len(d.OOMs) != 1 || len(d.Notes) == 0 {
+		d.Baseline["oom_count"] != 1 || d.Baseline["cuda_malloc_calls"] != 50 || d.Baseline["cache_flushes"] != 1 || d.Baseline["cuda_free_calls"] != 14 || len(d.WhatIf) != 6 || len(d.OOMs) != 1 || len(d.Notes) == 0 {
 		t.Errorf("device %+v", d)
 	}
 	for _, k := range []string{"event_index", "requested_bytes", "baseline_fits", "whatif_fits", "headroom_bytes"} {
