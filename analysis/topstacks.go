@@ -680,7 +680,9 @@ func (r *TopStacksResult) Text() string {
 			fmt.Fprintf(&b, "  [%s", s.Category)
 			if len(s.RoleBytes) > 1 {
 				others := slices.Collect(maps.Keys(s.RoleBytes))
-				slices.SortFunc(others, func(x, y string) int { return cmp.Or(cmp.Compare(s.RoleBytes[y], s.RoleBytes[x]), strings.Compare(x, y)) })
+				slices.SortFunc(others, func(x, y string) int {
+					return cmp.Or(cmp.Compare(s.RoleBytes[y], s.RoleBytes[x]), strings.Compare(x, y))
+				})
 				parts := []string{}
 				for _, c := range others {
 					if c != s.Category && len(parts) < 3 {
