@@ -144,28 +144,6 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	}
 	byLabel := opt.GroupBy == "annotation" || opt.GroupBy == "compile_context"
 	r := &TopStacksResult{Path: snap.Path, GroupBy: opt.GroupBy, State: opt.State, Device: opt.Device, Sites: []TopSite{}, Notes: []string{}}
-	type agg struct {
-		ts       TopSite
-		topID    snapshot.StackID
-		topSize  int64
-		sizes    sizeHist
-		allOther bool  // every block's category is "other" (container candidates)
-		allocs   []int // trace events that allocated the group's live blocks
-		dev      int
-		devs     []int // the devices holding the group's blocks
-		// paths: the group's blocks by call path (a row's blocks can come from several: the
-		// one holding the most speaks); repPath is the representative block's; heldBytes are
-		// the bytes of blocks your code holds past their pass (user_container)
-		paths     map[string]*pathShare
-		repPath   string
-		heldBytes int64
-		// roleShares (rows of a file or function): the blocks by role, keyed by it: such a
-		// row mixes sites, and its role is the one holding the most bytes
-		roleShares map[string]*pathShare
-		// roleBytes (label groups): bytes per role; the row shows the largest
-		roleBytes map[string]int64
-		rep       representative
-	}
 	groups := map[string]*agg{}
 	var keys siteKeys
 	noStack, emptyStack := 0, 0
@@ -369,6 +347,9 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			r.Notes = append(r.Notes, "the file has no trace: blocks cannot be placed in the range or compile context that allocated them ("+LabelPreTrace+")")
 		}
 	}
+	if opt.GroupBy == "site" && opt.State == "allocated" && !snap.Caps.HasTrace {
+		splitStores(groups)
+	}
 	var retainedBytes int64 // groups of a retained graph
 	retainedGroups := 0
 	// The devices holding the rows' blocks: a file's other devices (a trace list with an
@@ -508,9 +489,110 @@ func weightsWithGradients(roles *Roles, devs []int, sizes sizeHist, bytes int64,
 	return len(devs) > 0
 }
 
-// pathShare is one call path's part of a row: its bytes, and its largest block's stack (the
-// lowest stack id on ties) with that block's role.
+// agg is one row of top-stacks while its blocks are summed.
+type agg struct {
+	ts       TopSite
+	topID    snapshot.StackID
+	topSize  int64
+	sizes    sizeHist
+	allOther bool  // every block's category is "other" (container candidates)
+	allocs   []int // trace events that allocated the group's live blocks
+	dev      int
+	devs     []int // the devices holding the group's blocks
+	// paths: the group's blocks by call path (a row's blocks can come from several: the
+	// one holding the most speaks); repPath is the representative block's; heldBytes are
+	// the bytes of blocks your code holds past their pass (user_container)
+	paths     map[string]*pathShare
+	repPath   string
+	heldBytes int64
+	// roleShares (rows of a file or function): the blocks by role, keyed by it: such a
+	// row mixes sites, and its role is the one holding the most bytes
+	roleShares map[string]*pathShare
+	// roleBytes (label groups): bytes per role; the row shows the largest
+	roleBytes map[string]int64
+	rep       representative
+}
+
+// splitStores moves out of activation rows the blocks of a call path that keeps only one
+// model site's outputs alive, where another call into the same model (from the same line of
+// your code into it) keeps activations at several: autograd saves the inputs of many ops
+// along a forward, so one op's outputs alone, in many blocks, are kept by something else: your
+// code or a hook storing them (an attention store). For files without a trace only, where
+// no lifetime tells who holds a block; a guess.
+func splitStores(groups map[string]*agg) {
+	type pathSites struct {
+		sites  map[string]bool
+		blocks int
+	}
+	byPath := map[string]*pathSites{}
+	for _, g := range groups {
+		if g.ts.Category != CategoryActivation {
+			continue
+		}
+		for k, p := range g.paths {
+			if k == "" {
+				continue
+			}
+			ps := byPath[k]
+			if ps == nil {
+				ps = &pathSites{sites: map[string]bool{}}
+				byPath[k] = ps
+			}
+			ps.sites[g.ts.Site] = true
+			ps.blocks += p.blocks
+		}
+	}
+	entry := func(path string) string { e, _, _ := strings.Cut(path, "\n"); return e }
+	added := map[string]*agg{}
+	for key, g := range groups {
+		if g.ts.Category != CategoryActivation {
+			continue
+		}
+		for k, p := range g.paths {
+			ps := byPath[k]
+			if ps == nil || len(ps.sites) != 1 || p.blocks < 16 {
+				continue
+			}
+			var other string
+			for q, qs := range byPath {
+				if q != k && entry(q) == entry(k) && len(qs.sites) >= 4 {
+					other = q
+					break
+				}
+			}
+			if other == "" {
+				continue
+			}
+			from, _, _ := strings.Cut(strings.TrimPrefix(k, entry(k)+"\n"), "\n")
+			otherFrom, _, _ := strings.Cut(strings.TrimPrefix(other, entry(other)+"\n"), "\n")
+			ev := fmt.Sprintf("guess: of the model called from %s, only %s's outputs are alive (%s in %d blocks), where the call from %s keeps activations at %d sites: autograd saves the inputs of many ops along a forward, so these are kept by your code or a hook storing them (an attention store, a feature cache), not saved for backward; keep them detached (and on CPU) if you need them, or run that call under torch.no_grad() if not",
+				from, g.ts.Site, FormatBytes(p.bytes), p.blocks, otherFrom, len(byPath[other].sites))
+			if len(g.paths) == 1 { // the row is that path's
+				g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = CategoryUserContainer, ev, false
+				break
+			}
+			n := &agg{ts: g.ts, topID: p.id, topSize: p.size, sizes: sizeHist{}, dev: g.dev, devs: g.devs,
+				paths: map[string]*pathShare{k: p}, repPath: k}
+			n.ts.Category, n.ts.Evidence, n.ts.RetainedGraph, n.ts.Stack = CategoryUserContainer, ev, false, p.stack
+			n.ts.Bytes, n.ts.Blocks = p.bytes, p.blocks
+			g.ts.Bytes -= p.bytes
+			g.ts.Blocks -= p.blocks
+			delete(g.paths, k)
+			if g.repPath == k {
+				best := topPath(g.paths)
+				q := g.paths[best]
+				g.topID, g.topSize, g.ts.Stack, g.repPath = q.id, q.size, q.stack, best
+			}
+			added[key+"\x00store\x00"+k] = n
+		}
+	}
+	maps.Copy(groups, added)
+}
+
+// pathShare is one call path's part of a row: its bytes and blocks, and its largest block's
+// stack (the lowest stack id on ties) with that block's role.
 type pathShare struct {
+	blocks             int
 	bytes, size        int64
 	id                 snapshot.StackID
 	stack              []string
@@ -526,6 +608,7 @@ func addPath(paths map[string]*pathShare, at *Attribution, b *snapshot.Block) {
 		paths[at.callPath] = p
 	}
 	p.bytes += b.Size
+	p.blocks++
 	if p.stack == nil || b.Size > p.size || (b.Size == p.size && b.Stack < p.id) {
 		p.size, p.id, p.stack = b.Size, b.Stack, at.Stack
 		p.category, p.evidence, p.retained = at.Category, at.Evidence, at.retained

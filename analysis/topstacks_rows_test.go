@@ -105,8 +105,10 @@ func TestTopStacksCallPaths(t *testing.T) {
 		paths               int
 		category, frame     string
 	}{
-		{"pt2.2_state-only_device1_diffusion.pickle", "site", "attention_processor.py:1262", 1974812672, 1172455424, 2, CategoryActivation,
-			"emarchidan/LayoutEditing/guided_diffusion.py:65 in guide_diffusion"},
+		// The line-65 path is a store (TestTopStacksAttentionStore): the file's rows by function
+		// still mix both calls.
+		{"pt2.2_state-only_device1_diffusion.pickle", "function", "attention_processor.py:__call__", 2395750400, 1223294976, 2, CategoryActivation,
+			"emarchidan/LayoutEditing/guided_diffusion.py:35 in guide_diffusion"},
 		{"pt2.3-2.4_json-form_resnet-tomi.json", "file", "generate_snapshot.py", 8520704, 8520192, 2, CategoryWorkspace,
 			"torch-snapshot/snapshot/generate_snapshot.py:24 in forward"},
 	}
@@ -201,5 +203,31 @@ func TestTopStacksFunctionRowRoles(t *testing.T) {
 	}
 	if want := "[workspace 8.1 MiB; also user_container 512 B]"; !strings.Contains(r.Text(), want) {
 		t.Errorf("text lacks %q:\n%s", want, r.Text())
+	}
+}
+
+// TestTopStacksAttentionStore: of the UNet called from guided_diffusion.py:65, only the
+// attention probabilities (attention_processor.py:1262, 800 blocks) are alive, where the call
+// from line 35 keeps activations at 23 sites: a store holds them, not autograd (answer key #3:
+// 1.09 GiB of attention maps, user_container). The line-35 blocks at that site stay activations.
+func TestTopStacksAttentionStore(t *testing.T) {
+	r, err := TopStacks(realSnap(t, "pt2.2_state-only_device1_diffusion.pickle"), TopStacksOptions{Device: AllDevices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{}
+	for _, x := range r.Sites {
+		if x.Site == "attention_processor.py:1262" {
+			got = append(got, fmt.Sprintf("%s %d %d", x.Category, x.Bytes, x.Blocks))
+			if x.Category == CategoryUserContainer && !strings.HasPrefix(x.Evidence, "guess: of the model called from emarchidan/LayoutEditing/guided_diffusion.py:65 in guide_diffusion, only attention_processor.py:1262's outputs are alive (1.1 GiB in 800 blocks), where the call from emarchidan/LayoutEditing/guided_diffusion.py:35 in guide_diffusion keeps activations at 23 sites") {
+				t.Errorf("evidence %q", x.Evidence)
+			}
+		}
+	}
+	if want := "user_container 1172455424 800, activation 802357248 544"; strings.Join(got, ", ") != want {
+		t.Errorf("rows %q, want %q", strings.Join(got, ", "), want)
+	}
+	if r.TotalBytes != 10715782144 {
+		t.Errorf("total %d", r.TotalBytes)
 	}
 }
