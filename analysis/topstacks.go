@@ -553,11 +553,13 @@ func splitStores(groups map[string]*agg) {
 			if ps == nil || len(ps.sites) != 1 || p.blocks < 16 {
 				continue
 			}
-			var other string
+			var other string // the call with the most sites (the first path on ties)
 			for q, qs := range byPath {
-				if q != k && entry(q) == entry(k) && len(qs.sites) >= 4 {
+				if q == k || entry(q) != entry(k) || len(qs.sites) < 4 {
+					continue
+				}
+				if o := byPath[other]; other == "" || len(qs.sites) > len(o.sites) || (len(qs.sites) == len(o.sites) && q < other) {
 					other = q
-					break
 				}
 			}
 			if other == "" {
@@ -565,6 +567,9 @@ func splitStores(groups map[string]*agg) {
 			}
 			from, _, _ := strings.Cut(strings.TrimPrefix(k, entry(k)+"\n"), "\n")
 			otherFrom, _, _ := strings.Cut(strings.TrimPrefix(other, entry(other)+"\n"), "\n")
+			if from == "" || otherFrom == "" {
+				continue // the two calls differ only below the line that calls the model
+			}
 			ev := fmt.Sprintf("guess: of the model called from %s, only %s's outputs are alive (%s in %d blocks), where the call from %s keeps activations at %d sites: autograd saves the inputs of many ops along a forward, so these are kept by your code or a hook storing them (an attention store, a feature cache), not saved for backward; keep them detached (and on CPU) if you need them, or run that call under torch.no_grad() if not",
 				from, g.ts.Site, FormatBytes(p.bytes), p.blocks, otherFrom, len(byPath[other].sites))
 			if len(g.paths) == 1 { // the row is that path's
