@@ -1420,7 +1420,7 @@ func replayNotes(snap *snapshot.Snapshot, roles *Roles, dev int, e *engine, r *R
 	case snap.Caps.TraceStart == "ring_buffer":
 		notes = append(notes, fmt.Sprintf("%s: the oldest events are lost, %s (%s) alive before its first event", ringBufferWrapped(snap.Caps), count(e.preBlocks, "block"), FormatBytes(e.preBytes)))
 	case e.preBlocks > 0:
-		notes = append(notes, fmt.Sprintf("the trace starts late (recording was switched on mid-run; not a ring-buffer wrap: the event count is not a round max_entries): %s (%s) %s alive before its first event; their allocation sites are unknown unless they are still alive at the end", count(e.preBlocks, "block"), FormatBytes(e.preBytes), were(e.preBlocks)))
+		notes = append(notes, fmt.Sprintf("the trace starts late (recording was switched on after the first allocations; not a ring-buffer wrap: the event count is not a round max_entries): %s (%s) %s alive before its first event; their allocation sites are unknown unless they are still alive at the end", count(e.preBlocks, "block"), FormatBytes(e.preBytes), were(e.preBlocks)))
 	}
 	if r.DroppedEvents > 0 {
 		notes = append(notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", r.DroppedEvents))

@@ -311,7 +311,7 @@ func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
 	case c.TraceStart == "ring_buffer":
 		gaps = append(gaps, ringBufferWrapped(c)+": the oldest events are lost")
 	case c.TraceIncomplete:
-		gaps = append(gaps, "the trace starts late (recording was switched on mid-run: the event count is not a round max_entries and no early event frees an unknown block): blocks allocated before it have no alloc event or frames")
+		gaps = append(gaps, "the trace starts late (recording was switched on after the first allocations: the event count is not a round max_entries and no early event frees an unknown block): blocks allocated before it have no alloc event or frames")
 	}
 	if !c.FramesOnBlocks && !c.FramesOnAllocs {
 		gaps = append(gaps, "no stack frames (history recorded without context, or off when these blocks were allocated: record with context=\"all\")")
