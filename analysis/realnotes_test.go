@@ -124,3 +124,18 @@ func TestReplaySawtoothFirstStep(t *testing.T) {
 		t.Errorf("eornn (%v):\n%s", err, r.Text())
 	}
 }
+
+// TestReplayCheckpointingIdiom: the checkpointing advice names the switch of the activations'
+// library: the QLoRA job's Hugging Face model has its own (answer key #10), the cs336 model
+// (plain PyTorch modules) gets torch.utils.checkpoint.
+func TestReplayCheckpointingIdiom(t *testing.T) {
+	for file, want := range map[string]string{
+		"pt2.1_hf-qlora-bnb-accelerate-llama-train_ftcourse.pickle": "activation checkpointing (model.gradient_checkpointing_enable() on this Hugging Face transformers model)",
+		"pt2.10_user-metadata_windows_cs336.pickle":                 "activation checkpointing (torch.utils.checkpoint on the repeated blocks)",
+	} {
+		r, err := Replay(context.Background(), realSnap(t, file), 0)
+		if err != nil || !strings.Contains(r.CheckpointingAdvice, want) {
+			t.Errorf("%s: advice %q (%v)", file, r.CheckpointingAdvice, err)
+		}
+	}
+}

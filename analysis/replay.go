@@ -1376,14 +1376,33 @@ func explainPeak(ctx context.Context, seed *engineSeed, end *engine, roles *Role
 		r.OptimizerAdvice = optimizerAdvice(r, mix)
 	}
 	if roles.HasBackward(dev) && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/5 && r.ActivationBytesAtPeak >= 512*mib {
-		r.CheckpointingAdvice = fmt.Sprintf("activations saved for backward hold %s (%.0f%%) at the peak: activation checkpointing (torch.utils.checkpoint on the repeated blocks) would trade most of it for recompute",
-			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes))
+		r.CheckpointingAdvice = fmt.Sprintf("activations saved for backward hold %s (%.0f%%) at the peak: activation checkpointing (%s) would trade most of it for recompute",
+			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes), checkpointingIdiom(r.PeakSites))
 	}
 	if !roles.HasBackward(dev) && r.Workload == WorkloadTraining && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/10 && r.ActivationBytesAtPeak >= 512*mib {
 		r.ForwardOnlyAdvice = fmt.Sprintf("the trace holds a forward pass with grad enabled and no backward: %s (%.0f%%) at the peak are activations it saves for a backward; if none follows (a forward-only benchmark, evaluation, generation), run it under torch.inference_mode() (or torch.no_grad()) and they are not kept; if one does, they are the step's own (activation checkpointing trades them for recompute)",
 			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes))
 	}
 	return nil
+}
+
+// checkpointingIdiom names how the activations' model library turns checkpointing on: the
+// library of the activation site holding the most at the peak (Hugging Face models have their
+// own switch; torch.utils.checkpoint on the repeated blocks otherwise).
+func checkpointingIdiom(sites []SiteBytes) string {
+	for _, s := range sites { // largest first
+		if s.Category != CategoryActivation {
+			continue
+		}
+		switch f := normPath(s.File); {
+		case strings.Contains(f, "/transformers/models/"):
+			return "model.gradient_checkpointing_enable() on this Hugging Face transformers model"
+		case strings.Contains(f, "/diffusers/models/"):
+			return "enable_gradient_checkpointing() on this diffusers model"
+		}
+		break
+	}
+	return "torch.utils.checkpoint on the repeated blocks"
 }
 
 // replaySteps fills in the steps, the per-step sawtooth and the sites whose allocations
