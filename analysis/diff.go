@@ -446,8 +446,8 @@ func diffPatterns(all []DiffSite, r *DiffResult) []DiffPattern {
 		// update replacing its state): moved, not grown. Otherwise the pattern stands, with
 		// the caveat: snapshots at different points of a step can hide growth behind what a
 		// pass frees.
-		if movedBySize(out[0], all) {
-			out = []DiffPattern{movedNotGrown(all, r)}
+		if d, ok := movedBySize(out[0], all); ok {
+			out = []DiffPattern{movedNotGrown(d, all, r)}
 		} else {
 			out[0].Evidence += "; but live memory did not grow in all: if the snapshots were taken at different points of a step, other memory freed in between can hide the growth, or the growth be memory moving between sites; dump both at the same point of the loop to tell"
 		}
@@ -531,12 +531,12 @@ func growingContainer(g growth, r *DiffResult) (DiffPattern, bool) {
 		Fix: fmt.Sprintf("at %s detach and move to CPU before appending (x.detach().cpu()), or bound the container (collections.deque(maxlen=N), clear it each epoch)", best.Site)}, true
 }
 
-// movedBySize: the pattern's site gained blocks whose sizes other sites lost (at least four
-// fifths of its growth, size for size).
-func movedBySize(p DiffPattern, all []DiffSite) bool {
+// movedBySize: the pattern's site (returned) gained blocks whose sizes other sites lost (at
+// least four fifths of its growth, size for size).
+func movedBySize(p DiffPattern, all []DiffSite) (DiffSite, bool) {
 	i := slices.IndexFunc(all, func(d DiffSite) bool { return d.Site == p.Site && growing(d) })
 	if i < 0 {
-		return false
+		return DiffSite{}, false
 	}
 	d := all[i]
 	shrunk := map[int64]int{}
@@ -556,14 +556,12 @@ func movedBySize(p DiffPattern, all []DiffSite) bool {
 			matched += size * int64(min(gained, shrunk[size]))
 		}
 	}
-	return matched*5 >= d.DeltaBytes*4
+	return d, matched*5 >= d.DeltaBytes*4
 }
 
-// movedNotGrown: sites grew in bytes and blocks while live memory did not: tensors freed at one
-// line and made again at another (an out-of-place update replacing its state), or snapshots
-// taken at different points of a step. all is sorted by growth, largest first.
-func movedNotGrown(all []DiffSite, r *DiffResult) DiffPattern {
-	d := all[0]
+// movedNotGrown: site d grew in bytes and blocks while live memory did not: tensors freed at
+// one line and made again at another (an out-of-place update replacing its state).
+func movedNotGrown(d DiffSite, all []DiffSite, r *DiffResult) DiffPattern {
 	var grew, shrank int64
 	for _, x := range all {
 		if x.DeltaBytes > 0 {

@@ -481,22 +481,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		r.Notes = append(r.Notes, "the file has no trace: OOM events are only recorded in the trace, so no OOM can be explained; the final state is what the fragmentation and top-stacks reports show (`memsnap fragmentation` / MCP `fragmentation`, `memsnap top-stacks` / MCP `top-stacks`)")
 	} else if len(r.OOMs) == 0 {
 		r.Notes = append(r.Notes, "no oom event in the trace")
-		for dev, evs := range snap.DeviceTraces {
-			if len(evs) == 0 || snap.TraceIndex(dev).Tally.Actions[snapshot.ActionSegmentFree]+snap.TraceIndex(dev).Tally.Actions[snapshot.ActionSegmentUnmap] == 0 {
-				continue
-			}
-			for _, b := range segmentBursts(snap, roles, dev) {
-				if b.Kind != BurstMallocRetry || b.FollowedBySegmentAlloc == 0 {
-					continue
-				}
-				at := ""
-				if b.Site != "" {
-					at = fmt.Sprintf(" (most often for %s)", b.Site)
-				}
-				r.Notes = append(r.Notes, fmt.Sprintf("but device %d came close: %s a cudaMalloc failed%s and the allocator recovered by freeing every cached unused segment (%s in all) and retrying: the device is at its limit, and a little more memory at such a moment would have been an OOM; lower the peak (what is live at it: `memsnap replay` / MCP `replay`); `memsnap whatif --recommend` / MCP `what-if` counts these flushes per allocator setting",
-					dev, count(b.FollowedBySegmentAlloc, "time"), at, FormatBytes(b.Bytes)))
-			}
-		}
+		r.Notes = append(r.Notes, nearMisses(snap, roles)...)
 		switch {
 		case snap.Caps.RingBufferFull || snap.Caps.TraceStart == "ring_buffer":
 			r.Notes = append(r.Notes, "the trace ring buffer is full: an earlier OOM may have fallen off its front")
@@ -508,6 +493,30 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		r.Notes = append(r.Notes, "alloc events carry no stacks: live sites before the OOM come from block stacks where known")
 	}
 	return r, nil
+}
+
+// nearMisses names, per device, the cudaMalloc failures the allocator recovered from by
+// freeing its cache (segment-release bursts of kind malloc_retry): what came closest to an
+// OOM in a trace without one.
+func nearMisses(snap *snapshot.Snapshot, roles *Roles) []string {
+	var out []string
+	for dev, evs := range snap.DeviceTraces {
+		if a := &snap.TraceIndex(dev).Tally.Actions; len(evs) == 0 || a[snapshot.ActionSegmentFree]+a[snapshot.ActionSegmentUnmap] == 0 {
+			continue
+		}
+		for _, b := range segmentBursts(snap, roles, dev) {
+			if b.Kind != BurstMallocRetry || b.FollowedBySegmentAlloc == 0 {
+				continue
+			}
+			at := ""
+			if b.Site != "" {
+				at = fmt.Sprintf(" (most often for %s)", b.Site)
+			}
+			out = append(out, fmt.Sprintf("but device %d came close: %s a cudaMalloc failed%s and the allocator recovered by freeing every cached unused segment (%s in all) and retrying: the device is at its limit, and a little more memory at such a moment would have been an OOM; lower the peak (what is live at it: `memsnap replay` / MCP `replay`); `memsnap whatif --recommend` / MCP `what-if` counts these flushes per allocator setting",
+				dev, count(b.FollowedBySegmentAlloc, "time"), at, FormatBytes(b.Bytes)))
+		}
+	}
+	return out
 }
 
 // oomWhatIfs are the expandable-segments replays of every device with an oom event

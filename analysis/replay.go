@@ -1390,17 +1390,14 @@ func explainPeak(ctx context.Context, seed *engineSeed, end *engine, roles *Role
 // library of the activation site holding the most at the peak (Hugging Face models have their
 // own switch; torch.utils.checkpoint on the repeated blocks otherwise).
 func checkpointingIdiom(sites []SiteBytes) string {
-	for _, s := range sites { // largest first
-		if s.Category != CategoryActivation {
-			continue
-		}
-		switch f := normPath(s.File); {
+	if i := slices.IndexFunc(sites, func(s SiteBytes) bool { return s.Category == CategoryActivation }); i >= 0 { // largest first
+		f := normPath(sites[i].File)
+		switch {
 		case strings.Contains(f, "/transformers/models/"):
 			return "model.gradient_checkpointing_enable() on this Hugging Face transformers model"
 		case strings.Contains(f, "/diffusers/models/"):
 			return "enable_gradient_checkpointing() on this diffusers model"
 		}
-		break
 	}
 	return "torch.utils.checkpoint on the repeated blocks"
 }

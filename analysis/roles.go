@@ -201,8 +201,14 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 		idx = d.finalAllocOf(b.Address)
 	}
 	at := r.attr(b.Stack)
+	if at.ctx == ctxNone && b.State == snapshot.StateInactive {
+		// The roles guessed for frameless blocks (weights alive since before the trace, a
+		// workspace by its size) are guesses about live memory: free memory is no one's.
+		at.Category, at.Evidence = CategoryOther, "free cached memory whose last use recorded no stack"
+		return at, idx
+	}
 	if at.ctx == ctxNone {
-		return r.frameless(dev, d, at, b.Address, b.Size, idx, b.State != snapshot.StateInactive), idx
+		return r.frameless(dev, d, at, b.Address, b.Size, idx, true), idx
 	}
 	if ws, ok := r.pythonOnlyWorkspace(at, b.Size); ok {
 		return ws, idx

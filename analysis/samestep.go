@@ -15,14 +15,12 @@ import (
 // saving activations, an optimizer replacing its state), not memory kept from step to step,
 // so no leak pattern reads it.
 type sameStep struct {
-	dev      int
-	from     int    // the later trace's first event after the earlier file's last
-	events   int    // the later trace's events
-	source   string // the steps' source (StepInfo.Source)
-	steps    int    // the steps the later trace shows in all
-	phase    string // steps unknown: the one phase the trace is in from `from` on
-	guess    bool   // steps unknown: read from the phases alone
-	lastTime int64  // the earlier file's last event (trace clock, µs)
+	dev    int
+	from   int    // the later trace's first event after the earlier file's last
+	events int    // the later trace's events
+	source string // the steps' source (StepInfo.Source)
+	steps  int    // the steps the later trace shows in all
+	guess  bool   // steps unknown: read from one grad-enabled forward run
 }
 
 // lastEventTime is the trace clock of the file's last timed event (0: none), on device (or
@@ -69,7 +67,7 @@ func findSameStep(before, after *snapshot.Snapshot, ra *Roles, device int) (same
 		if k == len(evs) {
 			return sameStep{}, false // nothing happened after it: nothing to place
 		}
-		s := sameStep{dev: dev, from: k, events: len(evs), lastTime: t}
+		s := sameStep{dev: dev, from: k, events: len(evs)}
 		st := ra.Steps(dev)
 		s.source, s.steps = st.Source, len(st.Starts)
 		switch st.Source {
@@ -78,6 +76,9 @@ func findSameStep(before, after *snapshot.Snapshot, ra *Roles, device int) (same
 				return sameStep{}, false
 			}
 		default:
+			if w, _ := ra.Workload(dev); w != WorkloadTraining || ra.HasBackward(dev) {
+				return sameStep{}, false
+			}
 			d := ra.device(dev)
 			d.phaseRuns()
 			run := func(i int) int { // the phase run holding event i
@@ -90,12 +91,10 @@ func findSameStep(before, after *snapshot.Snapshot, ra *Roles, device int) (same
 					forwardRuns++
 				}
 			}
-			r := run(k)
-			p := d.runPhases[r]
-			if w, _ := ra.Workload(dev); w != WorkloadTraining || ra.HasBackward(dev) || p != phaseForward || r != run(len(evs)-1) || forwardRuns != 1 {
+			if r := run(k); d.runPhases[r] != phaseForward || r != run(len(evs)-1) || forwardRuns != 1 {
 				return sameStep{}, false
 			}
-			s.phase, s.guess = phaseNames[p], true
+			s.guess = true
 		}
 		if n == 0 || s.guess && !found.guess {
 			found = s
@@ -111,7 +110,7 @@ func sameStepPattern(s sameStep, all []DiffSite, r *DiffResult) DiffPattern {
 		s.dev, baseName(r.AfterPath), baseName(r.BeforePath), s.from, s.events)
 	own := "that step's own memory as it runs (what it makes and frees within the step: activations, gradients, an optimizer's new state), not memory kept from step to step"
 	if s.guess {
-		ev += fmt.Sprintf(" and all of them are one grad-enabled %s pass with no backward in the trace (a guess: the file records no steps, and a forward called in a loop reads the same)", s.phase)
+		ev += fmt.Sprintf(" and all of them are one grad-enabled forward pass with no backward in the trace (a guess: the file records no steps, and a forward called in a loop reads the same)")
 		own = "that forward pass's own memory as it runs (activations it saves for its backward), not memory kept from one call to the next"
 	} else {
 		ev += fmt.Sprintf(" and no step starts after it (the trace's %s, found from %s)", count(s.steps, "step"), strings.ReplaceAll(s.source, "_", " "))

@@ -170,7 +170,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				kind = SiteKindCompileContext
 			}
 			g = &agg{ts: TopSite{SiteIdentity: SiteIdentity{Site: label, Kind: kind}, Stack: []string{}},
-				topID: snapshot.NoStack, sizes: sizeHist{}, dev: dev, roleBytes: map[string]int64{}, paths: map[string]*pathShare{}}
+				topID: snapshot.NoStack, sizes: sizeHist{}, dev: dev, roleShares: map[string]*pathShare{}, paths: map[string]*pathShare{}}
 			groups[label] = g
 		}
 		return g
@@ -232,11 +232,6 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			} else if b.Stack == snapshot.EmptyStack {
 				emptyStack++
 			}
-			if b.State == snapshot.StateInactive && at.Kind == SiteKindNone && (b.Stack == snapshot.NoStack || b.Stack == snapshot.EmptyStack) {
-				// The roles guessed for frameless blocks (weights alive since before the trace, a
-				// workspace by its size) are guesses about live memory: free memory is no one's.
-				at.Category, at.Evidence, at.retained = CategoryOther, "free cached memory whose last use recorded no stack", false
-			}
 			if byLabel {
 				label := labelsOf(dev).label(allocIdx)
 				if b.State == snapshot.StateInactive {
@@ -249,7 +244,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 				}
 				g.ts.Bytes += b.Size
 				g.ts.Blocks++
-				g.roleBytes[at.Category] += b.Size
+				addShare(g.roleShares, at.Category, &at, b)
 				if b.Size > g.topSize {
 					g.topSize, g.topID, g.ts.Stack, g.repPath = b.Size, b.Stack, at.Stack, at.callPath
 				}
@@ -304,10 +299,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g.sizes.add(b.Size)
 			addPath(g.paths, &at, b)
 			if g.roleShares != nil {
-				addPath(g.roleShares, &Attribution{Category: at.Category, Evidence: at.Evidence, Stack: at.Stack, retained: at.retained, callPath: at.Category}, b)
-			}
-			if at.Category == CategoryUserContainer {
-				g.heldBytes += b.Size
+				addShare(g.roleShares, at.Category, &at, b)
 			}
 			g.allOther = g.allOther && (at.Category == CategoryOther || at.Category == CategoryUserContainer)
 			if allocIdx >= 0 {
@@ -366,16 +358,14 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	multiDevice := opt.Device < 0 && len(devices) > 1
 	for _, g := range groups {
 		// The call path holding the most bytes speaks for the row, unless it is a site's row
-		// with a block your code holds (the row is that list), or most of a file's or
-		// function's row is held. Rows of a file or function mix sites: their role is the
-		// path's too.
+		// with a block your code holds (the row is that list).
 		held := g.rep.held && (opt.GroupBy == "site" || opt.GroupBy == "stack")
 		if !held && len(g.paths) > 1 {
 			best := topPath(g.paths)
 			p := g.paths[best]
 			g.topID, g.ts.Stack, g.repPath = p.id, p.stack, best
 		}
-		if len(g.roleShares) > 0 {
+		if len(g.roleShares) > 0 && !byLabel {
 			// A file's or function's row mixes sites: the role holding the most bytes speaks,
 			// with its largest block's evidence (and stack, where the top path is another
 			// role's); the others are listed (role_bytes).
@@ -383,12 +373,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			p := g.roleShares[role]
 			g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = role, p.evidence, p.retained
 			if q := g.paths[g.repPath]; q == nil || q.category != role {
-				g.topID, g.ts.Stack = p.id, p.stack
-				for k, q := range g.paths {
-					if q.id == p.id {
-						g.repPath = k
-					}
-				}
+				g.topID, g.ts.Stack, g.repPath = p.id, p.stack, p.path
 			}
 			if len(g.roleShares) > 1 {
 				g.ts.RoleBytes = map[string]int64{}
@@ -406,7 +391,7 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			g.ts.Devices = slices.Sorted(slices.Values(g.devs))
 		}
 		if byLabel {
-			g.ts.Category, g.ts.Evidence = dominantRole(g.roleBytes, opt.GroupBy)
+			g.ts.Category, g.ts.Evidence = dominantRole(g.roleShares, opt.GroupBy)
 			g.ts.RetainedGraph = false
 		}
 		if (opt.GroupBy == "site" || opt.GroupBy == "stack") && opt.State != "inactive" && g.allOther {
@@ -500,17 +485,13 @@ type agg struct {
 	dev      int
 	devs     []int // the devices holding the group's blocks
 	// paths: the group's blocks by call path (a row's blocks can come from several: the
-	// one holding the most speaks); repPath is the representative block's; heldBytes are
-	// the bytes of blocks your code holds past their pass (user_container)
-	paths     map[string]*pathShare
-	repPath   string
-	heldBytes int64
-	// roleShares (rows of a file or function): the blocks by role, keyed by it: such a
-	// row mixes sites, and its role is the one holding the most bytes
+	// one holding the most speaks); repPath is the representative block's
+	paths   map[string]*pathShare
+	repPath string
+	// roleShares (rows of a file, a function or a label): the blocks by role, keyed by it:
+	// such a row mixes sites, and its role is the one holding the most bytes
 	roleShares map[string]*pathShare
-	// roleBytes (label groups): bytes per role; the row shows the largest
-	roleBytes map[string]int64
-	rep       representative
+	rep        representative
 }
 
 // splitStores moves out of activation rows the blocks of a call path that keeps only one
@@ -520,26 +501,19 @@ type agg struct {
 // code or a hook storing them (an attention store). For files without a trace only, where
 // no lifetime tells who holds a block; a guess.
 func splitStores(groups map[string]*agg) {
-	type pathSites struct {
-		sites  map[string]bool
-		blocks int
-	}
-	byPath := map[string]*pathSites{}
+	byPath := map[string]map[string]bool{} // call path -> the activation sites it holds
 	for _, g := range groups {
 		if g.ts.Category != CategoryActivation {
 			continue
 		}
-		for k, p := range g.paths {
+		for k := range g.paths {
 			if k == "" {
 				continue
 			}
-			ps := byPath[k]
-			if ps == nil {
-				ps = &pathSites{sites: map[string]bool{}}
-				byPath[k] = ps
+			if byPath[k] == nil {
+				byPath[k] = map[string]bool{}
 			}
-			ps.sites[g.ts.Site] = true
-			ps.blocks += p.blocks
+			byPath[k][g.ts.Site] = true
 		}
 	}
 	entry := func(path string) string { e, _, _ := strings.Cut(path, "\n"); return e }
@@ -549,16 +523,15 @@ func splitStores(groups map[string]*agg) {
 			continue
 		}
 		for k, p := range g.paths {
-			ps := byPath[k]
-			if ps == nil || len(ps.sites) != 1 || p.blocks < 16 {
+			if len(byPath[k]) != 1 || p.blocks < 16 {
 				continue
 			}
 			var other string // the call with the most sites (the first path on ties)
-			for q, qs := range byPath {
-				if q == k || entry(q) != entry(k) || len(qs.sites) < 4 {
+			for q, sites := range byPath {
+				if q == k || entry(q) != entry(k) || len(sites) < 4 {
 					continue
 				}
-				if o := byPath[other]; other == "" || len(qs.sites) > len(o.sites) || (len(qs.sites) == len(o.sites) && q < other) {
+				if n := len(byPath[other]); other == "" || len(sites) > n || (len(sites) == n && q < other) {
 					other = q
 				}
 			}
@@ -571,7 +544,7 @@ func splitStores(groups map[string]*agg) {
 				continue // the two calls differ only below the line that calls the model
 			}
 			ev := fmt.Sprintf("guess: of the model called from %s, only %s's outputs are alive (%s in %d blocks), where the call from %s keeps activations at %d sites: autograd saves the inputs of many ops along a forward, so these are kept by your code or a hook storing them (an attention store, a feature cache), not saved for backward; keep them detached (and on CPU) if you need them, or run that call under torch.no_grad() if not",
-				from, g.ts.Site, FormatBytes(p.bytes), p.blocks, otherFrom, len(byPath[other].sites))
+				from, g.ts.Site, FormatBytes(p.bytes), p.blocks, otherFrom, len(byPath[other]))
 			if len(g.paths) == 1 { // the row is that path's
 				g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = CategoryUserContainer, ev, false
 				break
@@ -594,8 +567,8 @@ func splitStores(groups map[string]*agg) {
 	maps.Copy(groups, added)
 }
 
-// pathShare is one call path's part of a row: its bytes and blocks, and its largest block's
-// stack (the lowest stack id on ties) with that block's role.
+// pathShare is one part of a row (a call path's, or a role's): its bytes and blocks, and its
+// largest block's stack (the lowest stack id on ties) with that block's role and call path.
 type pathShare struct {
 	blocks             int
 	bytes, size        int64
@@ -603,19 +576,25 @@ type pathShare struct {
 	stack              []string
 	category, evidence string
 	retained           bool
+	path               string
 }
 
 // addPath counts block b, whose stack's attribution is at, in its call path's share.
 func addPath(paths map[string]*pathShare, at *Attribution, b *snapshot.Block) {
-	p := paths[at.callPath]
+	addShare(paths, at.callPath, at, b)
+}
+
+// addShare counts block b, whose stack's attribution is at, in the share named key.
+func addShare(shares map[string]*pathShare, key string, at *Attribution, b *snapshot.Block) {
+	p := shares[key]
 	if p == nil {
 		p = &pathShare{}
-		paths[at.callPath] = p
+		shares[key] = p
 	}
 	p.bytes += b.Size
 	p.blocks++
 	if p.stack == nil || b.Size > p.size || (b.Size == p.size && b.Stack < p.id) {
-		p.size, p.id, p.stack = b.Size, b.Stack, at.Stack
+		p.size, p.id, p.stack, p.path = b.Size, b.Stack, at.Stack, at.callPath
 		p.category, p.evidence, p.retained = at.Category, at.Evidence, at.retained
 	}
 }
@@ -672,15 +651,17 @@ func topBlocks(snap *snapshot.Snapshot, opt TopStacksOptions) iter.Seq2[int, *sn
 }
 
 // dominantRole is the role holding the most bytes of a label group, with the breakdown.
-func dominantRole(roleBytes map[string]int64, groupBy string) (string, string) {
-	cats := slices.Collect(maps.Keys(roleBytes))
-	slices.SortFunc(cats, func(a, b string) int { return cmp.Or(cmp.Compare(roleBytes[b], roleBytes[a]), strings.Compare(a, b)) })
+func dominantRole(roles map[string]*pathShare, groupBy string) (string, string) {
+	cats := slices.Collect(maps.Keys(roles))
+	slices.SortFunc(cats, func(a, b string) int {
+		return cmp.Or(cmp.Compare(roles[b].bytes, roles[a].bytes), strings.Compare(a, b))
+	})
 	if len(cats) == 0 {
 		return CategoryOther, "no live block was allocated here; see trace_allocs for what the trace allocated"
 	}
 	parts := make([]string, 0, len(cats))
 	for _, c := range cats {
-		parts = append(parts, fmt.Sprintf("%s %s", FormatBytes(roleBytes[c]), c))
+		parts = append(parts, fmt.Sprintf("%s %s", FormatBytes(roles[c].bytes), c))
 	}
 	what := "the innermost record_function range open when each block was allocated"
 	if groupBy == "compile_context" {
@@ -720,8 +701,12 @@ func segmentStackHint(snap *snapshot.Snapshot, roles *Roles) string {
 	if n > 1 {
 		which = fmt.Sprintf("the largest (%s)", FormatBytes(best.TotalSize))
 	}
-	return fmt.Sprintf("%s of %d carr%s the stack of the request that created it (history was on then): %s was created at %s; the blocks carry none, so the code their memory belongs to can only be guessed from it (a guess: any later request can reuse a segment)",
-		count(n, "segment"), len(snap.Segments), map[bool]string{true: "ies", false: "y"}[n == 1], which, strings.Join(at.Stack, " <- "))
+	carry := "carry"
+	if n == 1 {
+		carry = "carries"
+	}
+	return fmt.Sprintf("%s of %d %s the stack of the request that created it (history was on then): %s was created at %s; the blocks carry none, so the code their memory belongs to can only be guessed from it (a guess: any later request can reuse a segment)",
+		count(n, "segment"), len(snap.Segments), carry, which, strings.Join(at.Stack, " <- "))
 }
 
 // capsNotes says what a file's stacks cannot tell.

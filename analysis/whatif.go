@@ -356,12 +356,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		out.Notes = append(out.Notes, "the what-if settings are the file's own: the what-if is the baseline")
 	}
 	var basePeak, bestPeak int64
-	var baseFlushes, bestFlushes, baseFrees, bestFrees int
 	for _, dr := range all {
-		baseFlushes += dr.base.Stats.CacheFlushes
-		bestFlushes += dr.runs[best].Stats.CacheFlushes
-		baseFrees += dr.base.Stats.SegmentFrees + dr.base.Stats.SegmentUnmaps
-		bestFrees += dr.runs[best].Stats.SegmentFrees + dr.runs[best].Stats.SegmentUnmaps
 		d := whatIfDevice(dr.t, dr.cap, dr.src, dr.notes, dr.base, dr.runs[best], grid[best], base)
 		recordedAllocated(snap, &d)
 		out.Devices = append(out.Devices, d)
@@ -369,11 +364,12 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		basePeak += dr.base.Stats.PeakReserved
 		bestPeak += dr.runs[best].Stats.PeakReserved
 	}
-	if !out.ChangeNeeded && baseFlushes == 0 {
+	switch baseRun, bestRun := out.runTotals(); {
+	case out.ChangeNeeded:
+	case baseRun.CacheFlushes > 0:
+		out.Notes = append(out.Notes, cacheFlushesNote(baseRun, bestRun, out.Settings, sameAllocSettings(grid[best], base)))
+	default:
 		out.Notes = append(out.Notes, noChangeNeeded(basePeak, bestPeak, confName(out.Settings), all[0].cap > 0))
-	}
-	if !out.ChangeNeeded && baseFlushes > 0 {
-		out.Notes = append(out.Notes, cacheFlushesNote(baseFlushes, bestFlushes, baseFrees, bestFrees, out.Settings, sameAllocSettings(grid[best], base)))
 	}
 	return out, nil
 }
@@ -381,16 +377,16 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 // cacheFlushesNote: the file's own settings met cudaMalloc failures and recovered by freeing
 // the whole cache; what the chosen setting does about it, and what removes them whatever the
 // setting.
-func cacheFlushesNote(base, best, baseFrees, bestFrees int, s WhatIfSettings, same bool) string {
+func cacheFlushesNote(base, best WhatIfRun, s WhatIfSettings, same bool) string {
 	n := fmt.Sprintf("with the file's own settings the replay meets %s: cudaMalloc failed, and the allocator freed every cached segment and retried; no OOM, but each is a device-wide synchronize and a cache rebuilt from cudaMalloc calls: the device is at its limit",
-		cacheFlushes(base))
+		cacheFlushes(base.CacheFlushes))
 	if !same {
-		n += fmt.Sprintf("; %s meets %d", confName(s), best)
+		n += fmt.Sprintf("; %s meets %d", confName(s), best.CacheFlushes)
 		if s.GarbageCollectionThreshold > 0 {
 			n += " (only with torch.cuda.set_per_process_memory_fraction set: the threshold is a fraction of it)"
 		}
-		if bestFrees*10 >= baseFrees*8 {
-			n += fmt.Sprintf(", yet frees segments about as often (%d cudaFree calls, %d with the file's own): the churn moves, it does not go", bestFrees, baseFrees)
+		if best.CudaFreeCalls*10 >= base.CudaFreeCalls*8 {
+			n += fmt.Sprintf(", yet frees segments about as often (%d cudaFree calls, %d with the file's own): the churn moves, it does not go", best.CudaFreeCalls, base.CudaFreeCalls)
 		}
 	}
 	return n + "; lowering the peak (what is live at it: memsnap replay / MCP replay) removes them under any setting"
@@ -671,8 +667,8 @@ func (r *WhatIfResult) Text() string {
 	var b strings.Builder
 	switch {
 	case r.Recommend && !r.ChangeNeeded:
-		if base := r.baselineFlushes(); base > 0 {
-			fmt.Fprintf(&b, "what-if on %s: no OOM to avoid, but the file's own settings flush the whole cache %s; the best of %s tried: %s (recorded with %s)\n", r.Path, count(base, "time"), count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
+		if base, _ := r.runTotals(); base.CacheFlushes > 0 {
+			fmt.Fprintf(&b, "what-if on %s: no OOM to avoid, but the file's own settings flush the whole cache %s; the best of %s tried: %s (recorded with %s)\n", r.Path, count(base.CacheFlushes, "time"), count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
 			break
 		}
 		fmt.Fprintf(&b, "what-if on %s: no OOM to avoid, so no setting needs changing; the lowest peak reserved of %s tried: %s (recorded with %s)\n", r.Path, count(len(r.Recommendations), "setting"), confName(r.Settings), confName(r.BaselineSettings))
@@ -774,13 +770,16 @@ func cacheFlushes(n int) string {
 	return fmt.Sprintf("%d cache flushes", n)
 }
 
-// baselineFlushes sums the cache flushes of the file's own settings over the devices.
-func (r *WhatIfResult) baselineFlushes() int {
-	n := 0
+// runTotals sums the cache flushes and cudaFree calls of the baseline and of the what-if over
+// the devices.
+func (r *WhatIfResult) runTotals() (base, what WhatIfRun) {
 	for _, d := range r.Devices {
-		n += d.Baseline.CacheFlushes
+		base.CacheFlushes += d.Baseline.CacheFlushes
+		base.CudaFreeCalls += d.Baseline.CudaFreeCalls
+		what.CacheFlushes += d.WhatIf.CacheFlushes
+		what.CudaFreeCalls += d.WhatIf.CudaFreeCalls
 	}
-	return n
+	return base, what
 }
 
 func fitText(fits bool, headroom int64) string {
