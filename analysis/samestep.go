@@ -110,7 +110,7 @@ func sameStepPattern(s sameStep, all []DiffSite, r *DiffResult) DiffPattern {
 		s.dev, baseName(r.AfterPath), baseName(r.BeforePath), s.from, s.events)
 	own := "that step's own memory as it runs (what it makes and frees within the step: activations, gradients, an optimizer's new state), not memory kept from step to step"
 	if s.guess {
-		ev += fmt.Sprintf(" and all of them are one grad-enabled forward pass with no backward in the trace (a guess: the file records no steps, and a forward called in a loop reads the same)")
+		ev += " and all of them are one grad-enabled forward pass with no backward in the trace (a guess: the file records no steps, and a forward called in a loop reads the same)"
 		own = "that forward pass's own memory as it runs (activations it saves for its backward), not memory kept from one call to the next"
 	} else {
 		ev += fmt.Sprintf(" and no step starts after it (the trace's %s, found from %s)", count(s.steps, "step"), strings.ReplaceAll(s.source, "_", " "))
