@@ -1,0 +1,162 @@
+package capacity
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/memsnap/memsnap/analysis/allocator"
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// rec is one allocation of a device's trace: made at trace event at (-1: alive before the
+// trace), released at event end (free_completed, else free_requested; -1: alive at the end of
+// what is read).
+type rec struct {
+	key    string // the call stack's identity: its frames (pre-trace blocks: "pre-trace")
+	occ    int    // how many earlier allocations of this file share key
+	stack  snapshot.StackID
+	addr   uint64
+	size   int64 // as recorded (requested bytes where the file records them)
+	stream uint64
+	at     int
+	end    int
+}
+
+// devTrace is what the capacity analysis reads of one device of one file.
+type devTrace struct {
+	file  int
+	path  string
+	size  int64
+	dev   int
+	snap  *snapshot.Snapshot
+	set   allocator.Settings
+	recs  []rec
+	byKey map[string][]int // key -> rec indexes, in order (occurrence n is byKey[key][n])
+	// events is how many trace events are read: up to the first OOM (excluded), or all.
+	events int
+	// oom is the first oom event (-1: none), oomRequest its size.
+	oom        int
+	oomRequest int64
+	// preTrace counts the blocks alive before the trace and their bytes.
+	preTrace      int
+	preTraceBytes int64
+}
+
+// stackKeys renders each stack's frames once: the identity of an allocation site across files
+// (stack ids differ between files).
+type stackKeys struct {
+	snap *snapshot.Snapshot
+	keys map[snapshot.StackID]string
+}
+
+func (k *stackKeys) of(id snapshot.StackID) string {
+	if s, ok := k.keys[id]; ok {
+		return s
+	}
+	var b strings.Builder
+	for _, f := range k.snap.StackFrames(id) {
+		b.WriteString(f.Filename)
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(f.Line, 10))
+		b.WriteByte(':')
+		b.WriteString(f.Name)
+		b.WriteByte('|')
+	}
+	s := b.String()
+	k.keys[id] = s
+	return s
+}
+
+// preTraceKey names the blocks alive before a trace: matched across files by their order.
+const preTraceKey = "pre-trace"
+
+// readTrace reads device dev of snap: its allocations up to the first OOM, and the blocks
+// alive before the trace (frees of addresses the trace never allocated, and live blocks of the
+// final state it never allocated).
+func readTrace(snap *snapshot.Snapshot, dev, file int, size int64) *devTrace {
+	t := &devTrace{file: file, path: snap.Path, size: size, dev: dev, snap: snap, set: allocator.FromSnapshot(snap.Settings),
+		byKey: map[string][]int{}, oom: -1}
+	evs := snap.DeviceTraces[dev]
+	keys := &stackKeys{snap: snap, keys: map[snapshot.StackID]string{}}
+	var pre, trace []rec
+	live := map[uint64]int{} // address -> index in trace (>= 0) or -(index in pre)-1
+	seen := map[uint64]bool{}
+	t.events = len(evs)
+	for i := range evs {
+		ev := &evs[i]
+		switch ev.Action {
+		case snapshot.ActionOOM:
+			t.oom, t.oomRequest, t.events = i, ev.Size, i
+		case snapshot.ActionAlloc:
+			seen[ev.Addr] = true
+			live[ev.Addr] = len(trace)
+			trace = append(trace, rec{key: keys.of(ev.Stack), stack: ev.Stack, addr: ev.Addr, size: ev.Size, stream: ev.Stream, at: i, end: -1})
+		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
+			k, ok := live[ev.Addr]
+			if !ok {
+				if seen[ev.Addr] {
+					continue // a second free event of a block already released
+				}
+				// A block allocated before the trace.
+				seen[ev.Addr] = true
+				pre = append(pre, rec{key: preTraceKey, stack: snapshot.NoStack, addr: ev.Addr, size: ev.Size, stream: ev.Stream, at: -1, end: i})
+				k = -len(pre)
+				live[ev.Addr] = k
+			}
+			var r *rec
+			if k >= 0 {
+				r = &trace[k]
+			} else {
+				r = &pre[-k-1]
+			}
+			r.end = i
+			if ev.Action == snapshot.ActionFreeCompleted {
+				delete(live, ev.Addr)
+			}
+		}
+		if t.oom >= 0 {
+			break
+		}
+	}
+	// Blocks alive at the end that no event of the trace names were alive before it too.
+	if t.oom < 0 {
+		for _, sg := range snap.Segments {
+			if sg.Device != dev {
+				continue
+			}
+			for _, b := range sg.Blocks {
+				if (b.State == snapshot.StateActiveAllocated || b.State == snapshot.StateActivePendingFree) && !seen[b.Address] {
+					n := b.RequestedSize
+					if n <= 0 {
+						n = b.Size
+					}
+					pre = append(pre, rec{key: preTraceKey, stack: snapshot.NoStack, addr: b.Address, size: n, stream: sg.Stream, at: -1, end: -1})
+				}
+			}
+		}
+	}
+	t.preTrace = len(pre)
+	for _, r := range pre {
+		t.preTraceBytes += r.size
+	}
+	t.recs = append(pre, trace...)
+	for i := range t.recs {
+		r := &t.recs[i]
+		r.occ = len(t.byKey[r.key])
+		t.byKey[r.key] = append(t.byKey[r.key], i)
+	}
+	return t
+}
+
+// hasAllocs reports whether device dev of snap has allocation events.
+func hasAllocs(snap *snapshot.Snapshot, dev int) bool {
+	if dev < 0 || dev >= len(snap.DeviceTraces) {
+		return false
+	}
+	for _, ev := range snap.DeviceTraces[dev] {
+		if ev.Action == snapshot.ActionAlloc {
+			return true
+		}
+	}
+	return false
+}
