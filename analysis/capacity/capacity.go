@@ -89,9 +89,12 @@ type Prediction struct {
 	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
 	// Fits is null when the capacity is unknown.
 	Fits *bool `json:"fits"`
-	// FirstOOMSite / FirstOOMRole: the allocation that would fail first (empty when it fits).
-	FirstOOMSite string `json:"first_oom_site"`
-	FirstOOMRole string `json:"first_oom_role,omitempty"`
+	// FirstOOMSite / FirstOOMRole / FirstOOMBytes: the allocation that would fail first
+	// (empty when it fits). The peaks of a size that fails are what its step would need on a
+	// device without limit.
+	FirstOOMSite  string `json:"first_oom_site"`
+	FirstOOMRole  string `json:"first_oom_role,omitempty"`
+	FirstOOMBytes int64  `json:"first_oom_bytes,omitempty"`
 	// Recorded: a file was recorded at this size.
 	Recorded bool `json:"recorded"`
 }
@@ -104,8 +107,11 @@ type Fidelity struct {
 	PredictedPeakBytes int64  `json:"predicted_peak_bytes"`
 	// ErrorPercent is (predicted − recorded) / recorded × 100.
 	ErrorPercent float64 `json:"error_percent"`
-	// RecordedOOM: the file's trace ends in an OOM: its recorded peak is the peak before it.
-	RecordedOOM bool `json:"recorded_oom"`
+	// RecordedOOM: the file's trace ends in an OOM: its recorded peak is the peak before it,
+	// and error_percent is not computed (0); PredictedFits says whether the replay at its size
+	// fails too (null: capacity unknown).
+	RecordedOOM   bool  `json:"recorded_oom"`
+	PredictedFits *bool `json:"predicted_fits"`
 }
 
 // Unmatched is a group of allocations (one site) found in some files only.
@@ -114,6 +120,8 @@ type Unmatched struct {
 	File   string `json:"file"`
 	Count  int    `json:"count"`
 	Bytes  int64  `json:"bytes"`
+	// LargestBytes is the largest of them (the allocations need not be alive together).
+	LargestBytes int64 `json:"largest_bytes"`
 	Reason string `json:"reason"`
 }
 
@@ -396,6 +404,7 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 			p.Fits = &fits
 			if !fits {
 				p.FirstOOMSite, p.FirstOOMRole = names.name(rt, rt.recs[o.failed])
+				p.FirstOOMBytes = o.failedBytes
 			}
 		}
 		return p, nil
@@ -412,14 +421,25 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 		return p, err
 	}
 
+	// full is the prediction at k with, when k fails, the peaks its step would need.
+	full := func(k int64) (Prediction, error) {
+		p, err := at(k)
+		if err != nil || p.Fits == nil || *p.Fits {
+			return p, err
+		}
+		o, err := replay(ctx, rt, prog, m.sizesAt(k), rt.set, 0)
+		p.PeakAllocatedBytes, p.PeakReservedBytes = o.peakAllocated, o.peakReserved
+		return p, err
+	}
+
 	// Fidelity: each recorded size predicted, against the file's own peak.
 	for i, t := range traces {
-		p, err := at(t.size)
+		p, err := full(t.size)
 		if err != nil {
 			return nil, err
 		}
-		f := Fidelity{File: t.path, RecordedSize: t.size, RecordedPeakBytes: own[i].peakAllocated, PredictedPeakBytes: p.PeakAllocatedBytes, RecordedOOM: t.oom >= 0}
-		if f.RecordedPeakBytes > 0 {
+		f := Fidelity{File: t.path, RecordedSize: t.size, RecordedPeakBytes: own[i].peakAllocated, PredictedPeakBytes: p.PeakAllocatedBytes, RecordedOOM: t.oom >= 0, PredictedFits: p.Fits}
+		if f.RecordedPeakBytes > 0 && !f.RecordedOOM {
 			f.ErrorPercent = math.Round(float64(f.PredictedPeakBytes-f.RecordedPeakBytes)/float64(f.RecordedPeakBytes)*1000) / 10
 		}
 		out.Fidelity = append(out.Fidelity, f)
@@ -433,11 +453,11 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 	if x1 == x2 {
 		x2 = 2 * x1
 	}
-	p1, err := at(x1)
+	p1, err := full(x1)
 	if err != nil {
 		return nil, err
 	}
-	p2, err := at(x2)
+	p2, err := full(x2)
 	if err != nil {
 		return nil, err
 	}
@@ -475,7 +495,7 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 		out.Assumptions = append(out.Assumptions, fmt.Sprintf("predictions limited to %d sizes", MaxPredictions))
 	}
 	for _, k := range want {
-		p, err := at(k)
+		p, err := full(k)
 		if err != nil {
 			return nil, err
 		}
@@ -572,6 +592,22 @@ func deviceBytes(traces []*devTrace, dev int, opt Options) (int64, string, strin
 	return 0, SourceUnknown, "", nil
 }
 
+// FailedAt names the allocation a prediction fails at: "model.py:58 (activation, 160 MiB)".
+func FailedAt(p Prediction) string {
+	s := p.FirstOOMSite
+	var in []string
+	if p.FirstOOMRole != "" {
+		in = append(in, p.FirstOOMRole)
+	}
+	if p.FirstOOMBytes > 0 {
+		in = append(in, analysis.FormatBytes(p.FirstOOMBytes))
+	}
+	if len(in) > 0 {
+		s += " (" + strings.Join(in, ", ") + ")"
+	}
+	return s
+}
+
 // headline is the line to act on.
 func headline(d *Device, cache map[int64]Prediction) string {
 	u := shortUnit(d.Dimension)
@@ -580,13 +616,7 @@ func headline(d *Device, cache map[int64]Prediction) string {
 		return fmt.Sprintf("%s %d peaks at %s reserved (%s allocated); %s", u, p.Size, analysis.FormatBytes(p.PeakReservedBytes), analysis.FormatBytes(p.PeakAllocatedBytes), d.MaxSizeNote)
 	}
 	k := *d.MaxSize
-	fail := func(p Prediction) string {
-		s := "fails at " + p.FirstOOMSite
-		if p.FirstOOMRole != "" {
-			s += " (" + p.FirstOOMRole + ")"
-		}
-		return s
-	}
+	fail := func(p Prediction) string { return "fails at " + FailedAt(p) }
 	switch {
 	case k == 0:
 		return fmt.Sprintf("even %s 1 does not fit %s: it %s", u, analysis.FormatBytes(d.DeviceBytes), fail(cache[1]))

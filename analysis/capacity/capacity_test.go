@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis/sim"
@@ -138,4 +139,98 @@ func TestOneSnapshotEstimate(t *testing.T) {
 		t.Errorf("off by %.2f%% allocated, %.2f%% reserved (over 15%%)", ea, er)
 	}
 	t.Log(r.Text())
+}
+
+// TestOOMFile: a file recorded at a size that failed gives the capacity (reserved +
+// device_free at its OOM event); it is matched up to the OOM, and the largest size is within 2
+// of the simulated one.
+func TestOOMFile(t *testing.T) {
+	const c = 500 * sim.MiB
+	a, _ := simFile("batch", 8)
+	b, _ := simFile("batch", 16)
+	run := sim.CapacityTraining(sim.CapacityDimsFor("batch", 40), c)
+	if !run.OOM {
+		t.Fatal("batch 40 fits 500 MiB")
+	}
+	run.Snap.Path = "batch40_oom.pickle"
+	r, err := Analyze(context.Background(), []File{a, b, {Snap: run.Snap, Size: 40}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Devices[0]
+	if d.DeviceBytesSource != SourceOOMEvent || d.DeviceBytes != c {
+		t.Errorf("device bytes %d from %s, want %d from oom_event", d.DeviceBytes, d.DeviceBytesSource, int64(c))
+	}
+	if d.ReferenceFile != "batch16.pickle" {
+		t.Errorf("reference %s, want the largest complete trace", d.ReferenceFile)
+	}
+	want := largestSimulated("batch", c, 1)
+	if d.MaxSize == nil || *d.MaxSize < want-2 || *d.MaxSize > want+2 {
+		t.Fatalf("largest %v, simulated %d", d.MaxSize, want)
+	}
+	p := predictionAt(t, d, 40)
+	if p.Fits == nil || *p.Fits {
+		t.Errorf("batch 40 predicted to fit: %+v", p)
+	}
+	var oomFid *Fidelity
+	for i := range d.Fidelity {
+		if d.Fidelity[i].RecordedSize == 40 {
+			oomFid = &d.Fidelity[i]
+		}
+	}
+	if oomFid == nil || !oomFid.RecordedOOM || oomFid.PredictedPeakBytes < oomFid.RecordedPeakBytes {
+		t.Errorf("fidelity of the OOM file: %+v", oomFid)
+	}
+	found := false
+	for _, s := range d.Assumptions {
+		found = found || strings.Contains(s, "batch40_oom.pickle ends in an OOM") && strings.Contains(s, "the rest of its step is unrecorded")
+	}
+	if !found {
+		t.Errorf("no assumption says the OOM file's rest is unrecorded: %q", d.Assumptions)
+	}
+	t.Logf("largest %d (simulated %d): %s", *d.MaxSize, want, d.Headline)
+}
+
+// TestRefusals: one line that says what is wrong.
+func TestRefusals(t *testing.T) {
+	a, _ := simFile("batch", 8)
+	noTrace := *a.Snap
+	noTrace.DeviceTraces = nil
+	noTrace.Path = "state_only.pickle"
+	for _, tc := range []struct {
+		files []File
+		opt   Options
+		want  string
+	}{
+		{[]File{{Snap: &noTrace, Size: 8}}, Options{}, "state_only.pickle: capacity planning needs the trace, and the file has none"},
+		{[]File{a, {Snap: a.Snap, Size: 8}}, Options{}, "have the same size 8"},
+		{[]File{a}, Options{Dimension: "tokens"}, `dimension "tokens": want batch or seq`},
+		{[]File{a}, Options{Capacity: 1 << 30, DeviceMemory: 1 << 30}, "not both"},
+		{[]File{{Snap: a.Snap, Size: 0}}, Options{}, "size 0: a batch size must be positive"},
+	} {
+		_, err := Analyze(context.Background(), tc.files, tc.opt)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want %q", err, tc.want)
+		}
+	}
+}
+
+// TestFitSizes: the kind of fit and its values.
+func TestFitSizes(t *testing.T) {
+	for _, tc := range []struct {
+		xs, ys []float64
+		kind   string
+		at     float64
+		want   int64
+	}{
+		{[]float64{4, 8}, []float64{1024, 1024}, FitFixed, 64, 1024},
+		{[]float64{4, 8}, []float64{4096, 8192}, FitLinear, 64, 65536},
+		{[]float64{128, 256, 512}, []float64{128 * 128 * 16, 256 * 256 * 16, 512 * 512 * 16}, FitQuadratic, 1024, 1024 * 1024 * 16},
+		{[]float64{128, 256, 512}, []float64{128*4 + 100, 256*4 + 100, 512*4 + 100}, FitLinear, 1024, 1024*4 + 100},
+	} {
+		f := fitSizes(tc.xs, tc.ys)
+		if f.kind != tc.kind || f.sizeAt(tc.at) != tc.want {
+			t.Errorf("fit of %v over %v: %s, %d at %g; want %s, %d", tc.ys, tc.xs, f.kind, f.sizeAt(tc.at), tc.at, tc.kind, tc.want)
+		}
+	}
 }

@@ -77,6 +77,7 @@ func fitTwoPoints(traces []*devTrace, ref int, names siteNamer) (*model, []Unmat
 		}
 		u.Count++
 		u.Bytes += r.size
+		u.LargestBytes = max(u.LargestBytes, r.size)
 	}
 	var stopped []string
 	for fi, t := range traces {
@@ -214,7 +215,7 @@ func fitRoles(t *devTrace, rolesOf func(int) (*analysis.Roles, error), dim strin
 		fmt.Sprintf("evidence: %d of the %d growing allocations have sizes divisible by %d, the recorded %s", divisible, m.count.Scaled, t.size, unitName(dim)),
 		"temporaries of the optimizer step are counted as growing too, though they do not: the estimate errs high there")
 	if other > 0 {
-		*notes = append(*notes, fmt.Sprintf("%d allocations of no particular role grow too: freed within the trace, with sizes divisible by %d (the input and other per-%s tensors; a guess)", other, t.size, shortUnit(dim)))
+		*notes = append(*notes, fmt.Sprintf("%s of no particular role grow too: freed within the trace, with sizes divisible by %d (the input and other per-%s tensors; a guess)", count(int(other), "allocation"), t.size, shortUnit(dim)))
 	}
 	if dim == DimensionSeq {
 		*notes = append(*notes, "eager attention's scores grow with the square of the sequence length; this estimate grows everything linearly, so it errs low at longer sequences: record a second (and third) length for the exact method")
@@ -223,4 +224,12 @@ func fitRoles(t *devTrace, rolesOf func(int) (*analysis.Roles, error), dim strin
 		*notes = append(*notes, fmt.Sprintf("the trace ends in an OOM (event %d): the step after it is unrecorded, so the peaks are lower bounds", t.oom))
 	}
 	return m, nil
+}
+
+// count is "1 allocation", "3 allocations".
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

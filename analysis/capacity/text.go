@@ -42,26 +42,31 @@ func (r *Result) Text() string {
 			case *p.Fits:
 				verdict = "fits"
 			default:
-				verdict = "fails at " + p.FirstOOMSite
-				if p.FirstOOMRole != "" {
-					verdict += " (" + p.FirstOOMRole + ")"
-				}
+				verdict = "fails at " + FailedAt(p)
 			}
 			fmt.Fprintf(&b, "%-10s %16s %16s  %s\n", size, analysis.FormatBytes(p.PeakAllocatedBytes), analysis.FormatBytes(p.PeakReservedBytes), verdict)
 		}
 		b.WriteString("(* recorded)\n")
 		for _, f := range d.Fidelity {
-			s := fmt.Sprintf("fidelity: %s (%s %d): recorded peak allocated %s, predicted %s (%+.1f%%)", filepath.Base(f.File), u, f.RecordedSize,
-				analysis.FormatBytes(f.RecordedPeakBytes), analysis.FormatBytes(f.PredictedPeakBytes), f.ErrorPercent)
-			if f.RecordedOOM {
-				s += "; its trace ends in an OOM, so its recorded peak is the one before it"
+			var s string
+			switch {
+			case !f.RecordedOOM:
+				s = fmt.Sprintf("fidelity: %s (%s %d): recorded peak allocated %s, predicted %s (%+.1f%%)", filepath.Base(f.File), u, f.RecordedSize,
+					analysis.FormatBytes(f.RecordedPeakBytes), analysis.FormatBytes(f.PredictedPeakBytes), f.ErrorPercent)
+			case f.PredictedFits == nil:
+				s = fmt.Sprintf("fidelity: %s (%s %d) ends in an OOM (%s allocated before it); predicted to need %s", filepath.Base(f.File), u, f.RecordedSize,
+					analysis.FormatBytes(f.RecordedPeakBytes), analysis.FormatBytes(f.PredictedPeakBytes))
+			case *f.PredictedFits:
+				s = fmt.Sprintf("fidelity: %s (%s %d) ends in an OOM, but the prediction fits at this capacity: the replay misses that OOM", filepath.Base(f.File), u, f.RecordedSize)
+			default:
+				s = fmt.Sprintf("fidelity: %s (%s %d) ends in an OOM, and the prediction fails there too", filepath.Base(f.File), u, f.RecordedSize)
 			}
 			b.WriteString(s + "\n")
 		}
 		if d.UnmatchedTotal > 0 {
-			fmt.Fprintf(&b, "not matched in every file (%d sites):\n", d.UnmatchedTotal)
+			fmt.Fprintf(&b, "not matched in every file (%s):\n", count(d.UnmatchedTotal, "site"))
 			for _, x := range d.Unmatched {
-				fmt.Fprintf(&b, "  %s in %s: %d allocations, %s; %s\n", x.Site, x.File, x.Count, analysis.FormatBytes(x.Bytes), x.Reason)
+				fmt.Fprintf(&b, "  %s in %s: %s (largest %s); %s\n", x.Site, x.File, count(x.Count, "allocation"), analysis.FormatBytes(x.LargestBytes), x.Reason)
 			}
 			if d.UnmatchedTotal > len(d.Unmatched) {
 				fmt.Fprintf(&b, "  … %d more (unmatched_total)\n", d.UnmatchedTotal-len(d.Unmatched))
