@@ -125,8 +125,8 @@ type Unmatched struct {
 	Reason string `json:"reason"`
 }
 
-// Device is the capacity answer for one device.
-type Device struct {
+// DeviceAnswer is the capacity answer for one device.
+type DeviceAnswer struct {
 	Device    int    `json:"device"`
 	Method    string `json:"method" jsonschema:"enum=two_points,enum=roles"`
 	Dimension string `json:"dimension" jsonschema:"enum=batch,enum=seq"`
@@ -163,11 +163,11 @@ type FitCount struct {
 	Scaled int `json:"scaled"`
 }
 
-// Result is the capacity answer.
-type Result struct {
+// Answer is the capacity answer.
+type Answer struct {
 	Files     []FileInfo `json:"files"`
 	Dimension string     `json:"dimension" jsonschema:"enum=batch,enum=seq"`
-	Devices   []Device   `json:"devices"`
+	Devices   []DeviceAnswer   `json:"devices"`
 	Notes     []string   `json:"notes"`
 }
 
@@ -175,7 +175,7 @@ type Result struct {
 var ErrNoTrace = allocator.ErrNoTrace
 
 // Analyze answers the capacity question for files (one workload at the sizes given).
-func Analyze(ctx context.Context, files []File, opt Options) (*Result, error) {
+func Analyze(ctx context.Context, files []File, opt Options) (*Answer, error) {
 	if len(files) == 0 {
 		return nil, errors.New("capacity: give at least one snapshot and its size")
 	}
@@ -190,7 +190,7 @@ func Analyze(ctx context.Context, files []File, opt Options) (*Result, error) {
 		return nil, errors.New("give the capacity (what PyTorch may reserve) or the device memory (the GPU's total), not both")
 	}
 	seen := map[int64]string{}
-	res := &Result{Dimension: opt.Dimension, Devices: []Device{}, Notes: []string{}}
+	res := &Answer{Dimension: opt.Dimension, Devices: []DeviceAnswer{}, Notes: []string{}}
 	for _, f := range files {
 		if f.Size <= 0 {
 			return nil, fmt.Errorf("%s: size %d: a %s must be positive", f.Snap.Path, f.Size, unitName(opt.Dimension))
@@ -313,7 +313,7 @@ func shortSite(at analysis.Attribution) string {
 	return at.Site
 }
 
-func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, rolesOf func(int) (*analysis.Roles, error)) (*Device, error) {
+func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, rolesOf func(int) (*analysis.Roles, error)) (*DeviceAnswer, error) {
 	traces := make([]*devTrace, len(files))
 	for i, f := range files {
 		traces[i] = readTrace(f.Snap, dev, i, f.Size)
@@ -326,7 +326,7 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 		}
 	}
 	rt := traces[ref]
-	out := &Device{Device: dev, Dimension: opt.Dimension, Predictions: []Prediction{}, Fidelity: []Fidelity{}, Unmatched: []Unmatched{},
+	out := &DeviceAnswer{Device: dev, Dimension: opt.Dimension, Predictions: []Prediction{}, Fidelity: []Fidelity{}, Unmatched: []Unmatched{},
 		Assumptions: []string{}, ReferenceFile: rt.path}
 	names := siteNamer{rolesOf}
 	var m *model
@@ -609,7 +609,7 @@ func FailedAt(p Prediction) string {
 }
 
 // headline is the line to act on.
-func headline(d *Device, cache map[int64]Prediction) string {
+func headline(d *DeviceAnswer, cache map[int64]Prediction) string {
 	u := shortUnit(d.Dimension)
 	if d.MaxSize == nil {
 		p := d.Predictions[len(d.Predictions)-1]

@@ -19,7 +19,7 @@ func simFile(dim string, size int64) (File, sim.CapacityRun) {
 
 func pctOff(got, want int64) float64 { return 100 * math.Abs(float64(got-want)) / float64(want) }
 
-func predictionAt(t *testing.T, d Device, k int64) Prediction {
+func predictionAt(t *testing.T, d DeviceAnswer, k int64) Prediction {
 	t.Helper()
 	for _, p := range d.Predictions {
 		if p.Size == k {

@@ -10,7 +10,7 @@ import (
 
 // Text renders the answer: per device the line to act on, then the predictions, the fidelity,
 // what was not matched and the assumptions.
-func (r *Result) Text() string {
+func (r *Answer) Text() string {
 	var b strings.Builder
 	u := shortUnit(r.Dimension)
 	for i, d := range r.Devices {
