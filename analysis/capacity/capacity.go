@@ -88,7 +88,7 @@ type Prediction struct {
 	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
 	PeakReservedBytes  int64 `json:"peak_reserved_bytes"`
 	// Fits is null when the capacity is unknown.
-	Fits *bool `json:"fits"`
+	Fits *bool `json:"fits" jsonschema:"oneof_type=boolean;null"`
 	// FirstOOMSite / FirstOOMRole / FirstOOMBytes: the allocation that would fail first
 	// (empty when it fits). The peaks of a size that fails are what its step would need on a
 	// device without limit.
@@ -111,18 +111,18 @@ type Fidelity struct {
 	// and error_percent is not computed (0); PredictedFits says whether the replay at its size
 	// fails too (null: capacity unknown).
 	RecordedOOM   bool  `json:"recorded_oom"`
-	PredictedFits *bool `json:"predicted_fits"`
+	PredictedFits *bool `json:"predicted_fits" jsonschema:"oneof_type=boolean;null"`
 }
 
 // Unmatched is a group of allocations (one site) found in some files only.
 type Unmatched struct {
-	Site   string `json:"site"`
-	File   string `json:"file"`
-	Count  int    `json:"count"`
-	Bytes  int64  `json:"bytes"`
+	Site  string `json:"site"`
+	File  string `json:"file"`
+	Count int    `json:"count"`
+	Bytes int64  `json:"bytes"`
 	// LargestBytes is the largest of them (the allocations need not be alive together).
-	LargestBytes int64 `json:"largest_bytes"`
-	Reason string `json:"reason"`
+	LargestBytes int64  `json:"largest_bytes"`
+	Reason       string `json:"reason"`
 }
 
 // DeviceAnswer is the capacity answer for one device.
@@ -137,7 +137,7 @@ type DeviceAnswer struct {
 	Predictions  []Prediction `json:"predictions"`
 	// MaxSize is the largest size whose replay completes within DeviceBytes (null when the
 	// capacity is unknown; MaxSizeNote says what to pass).
-	MaxSize           *int64 `json:"max_size"`
+	MaxSize           *int64 `json:"max_size" jsonschema:"oneof_type=integer;null"`
 	MaxSizeNote       string `json:"max_size_note,omitempty"`
 	DeviceBytes       int64  `json:"device_bytes"`
 	DeviceBytesSource string `json:"device_bytes_source" jsonschema:"enum=capacity,enum=device_memory,enum=oom_event,enum=unknown"`
@@ -165,10 +165,10 @@ type FitCount struct {
 
 // Answer is the capacity answer.
 type Answer struct {
-	Files     []FileInfo `json:"files"`
-	Dimension string     `json:"dimension" jsonschema:"enum=batch,enum=seq"`
-	Devices   []DeviceAnswer   `json:"devices"`
-	Notes     []string   `json:"notes"`
+	Files     []FileInfo     `json:"files"`
+	Dimension string         `json:"dimension" jsonschema:"enum=batch,enum=seq"`
+	Devices   []DeviceAnswer `json:"devices"`
+	Notes     []string       `json:"notes"`
 }
 
 // ErrNoTrace: a file has no allocation events.
