@@ -471,12 +471,19 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 	}
 	want = append(want, opt.Predict...)
 	if capBytes > 0 {
-		best, err := search(x2, func(k int64) (bool, error) {
+		fits := func(k int64) (bool, error) {
 			p, err := at(k)
 			return p.Fits != nil && *p.Fits, err
-		})
+		}
+		best, err := search(guessSize(p1, p2, capBytes), fits)
 		if err != nil {
 			return nil, err
+		}
+		if lower, err := firstFailureBelow(best, fits); err != nil {
+			return nil, err
+		} else if lower < best {
+			out.Assumptions = append(out.Assumptions, fmt.Sprintf("the sizes that fit are not one range: %s %d fits, but a smaller one fails (fragmentation: the blocks land differently at each size); max_size is the largest below the first failure found", shortUnit(opt.Dimension), best))
+			best = lower
 		}
 		out.MaxSize = &best
 		if best > 0 {
@@ -515,25 +522,52 @@ func seenSize(traces []*devTrace, k int64) bool {
 	return false
 }
 
-// search finds the largest size that fits: doubling from start while it fits, then halving
-// the gap between the last size that fit and the first that failed. 0 when size 1 fails.
-func search(start int64, fits func(int64) (bool, error)) (int64, error) {
-	lo, hi := int64(0), int64(-1) // lo fits (0: nothing known), hi fails (-1: none known)
-	k := max(start, 1)
-	for hi < 0 {
-		ok, err := fits(k)
-		if err != nil {
-			return 0, err
+// search finds the largest size that fits, starting from a guess (the linear summary's): it
+// gallops away from the guess, by steps doubling from a 128th of it, until the answer is
+// bracketed between a size that fits and one that fails, then halves the gap. Every probe is a
+// replay, so that rounding and fragmentation decide, not the line. 0 when size 1 fails.
+func search(guess int64, fits func(int64) (bool, error)) (int64, error) {
+	g := min(max(guess, 1), maxSearchSize)
+	step := max(g/128, 1)
+	ok, err := fits(g)
+	if err != nil {
+		return 0, err
+	}
+	lo, hi := int64(0), int64(0) // lo fits (0: none known), hi fails
+	if ok {
+		lo = g
+		for {
+			if lo >= maxSearchSize {
+				return maxSearchSize, nil
+			}
+			k := min(lo+step, maxSearchSize)
+			ok, err := fits(k)
+			if err != nil {
+				return 0, err
+			}
+			if !ok {
+				hi = k
+				break
+			}
+			lo, step = k, 2*step
 		}
-		if !ok {
-			hi = k
-			break
+	} else {
+		hi = g
+		for hi > 1 {
+			k := max(hi-step, 1)
+			ok, err := fits(k)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				lo = k
+				break
+			}
+			hi, step = k, 2*step
 		}
-		lo = k
-		if k >= maxSearchSize {
-			return maxSearchSize, nil
+		if lo == 0 {
+			return 0, nil
 		}
-		k = min(2*k, maxSearchSize)
 	}
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
@@ -548,6 +582,54 @@ func search(start int64, fits func(int64) (bool, error)) (int64, error) {
 		}
 	}
 	return lo, nil
+}
+
+// firstFailureBelow checks the few sizes below best (a size that fits): when one fails, the
+// answer is the largest size below it that fits, checked again the same way. It returns best
+// when the sizes below it fit.
+func firstFailureBelow(best int64, fits func(int64) (bool, error)) (int64, error) {
+	const window = 4
+	for probes := 0; best > 0 && probes < 64; {
+		failed := int64(0)
+		for k := best - 1; k >= max(1, best-window); k-- {
+			probes++
+			ok, err := fits(k)
+			if err != nil {
+				return 0, err
+			}
+			if !ok {
+				failed = k
+				break
+			}
+		}
+		if failed == 0 {
+			return best, nil
+		}
+		best = failed - 1
+		for best > 0 && probes < 64 {
+			probes++
+			ok, err := fits(best)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				break
+			}
+			best--
+		}
+	}
+	return best, nil
+}
+
+// guessSize is where the line through two predictions' peak reserved reaches the capacity.
+func guessSize(p1, p2 Prediction, c int64) int64 {
+	dx := float64(p2.Size - p1.Size)
+	slope := float64(p2.PeakReservedBytes-p1.PeakReservedBytes) / dx
+	if dx <= 0 || slope <= 0 {
+		return p2.Size
+	}
+	g := float64(p1.Size) + float64(c-p1.PeakReservedBytes)/slope
+	return int64(min(max(g, 1), maxSearchSize))
 }
 
 func confName(s allocator.Settings) string {
