@@ -475,7 +475,14 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 			p, err := at(k)
 			return p.Fits != nil && *p.Fits, err
 		}
-		best, err := search(guessSize(p1, p2, capBytes), fits)
+		g, err := refineGuess(p1, p2, capBytes, func(k int64) (int64, error) {
+			p, err := full(k)
+			return p.PeakReservedBytes, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		best, err := search(g, fits)
 		if err != nil {
 			return nil, err
 		}
@@ -522,13 +529,13 @@ func seenSize(traces []*devTrace, k int64) bool {
 	return false
 }
 
-// search finds the largest size that fits, starting from a guess (the linear summary's): it
-// gallops away from the guess, by steps doubling from a 128th of it, until the answer is
+// search finds the largest size that fits, starting from a guess (refineGuess): it gallops
+// away from the guess, by steps doubling from 1, until the answer is
 // bracketed between a size that fits and one that fails, then halves the gap. Every probe is a
 // replay, so that rounding and fragmentation decide, not the line. 0 when size 1 fails.
 func search(guess int64, fits func(int64) (bool, error)) (int64, error) {
 	g := min(max(guess, 1), maxSearchSize)
-	step := max(g/128, 1)
+	step := int64(1)
 	ok, err := fits(g)
 	if err != nil {
 		return 0, err
@@ -588,7 +595,7 @@ func search(guess int64, fits func(int64) (bool, error)) (int64, error) {
 // answer is the largest size below it that fits, checked again the same way. It returns best
 // when the sizes below it fit.
 func firstFailureBelow(best int64, fits func(int64) (bool, error)) (int64, error) {
-	const window = 4
+	const window = 2
 	for probes := 0; best > 0 && probes < 64; {
 		failed := int64(0)
 		for k := best - 1; k >= max(1, best-window); k-- {
@@ -619,6 +626,33 @@ func firstFailureBelow(best int64, fits func(int64) (bool, error)) (int64, error
 		}
 	}
 	return best, nil
+}
+
+// refineGuess improves the linear guess by the secant method on the peak reserved the step
+// needs (reserved(k), a replay without a capacity): where that curve meets the capacity is
+// within a size or two of where the replays start failing, so the exact search that follows
+// takes few steps. At most three replays.
+func refineGuess(p1, p2 Prediction, c int64, reserved func(int64) (int64, error)) (int64, error) {
+	g := guessSize(p1, p2, c)
+	xa, ra := p2.Size, p2.PeakReservedBytes
+	for range 3 {
+		if g == xa {
+			return g, nil
+		}
+		rg, err := reserved(g)
+		if err != nil {
+			return 0, err
+		}
+		next := guessSize(Prediction{Size: xa, PeakReservedBytes: ra}, Prediction{Size: g, PeakReservedBytes: rg}, c)
+		if xa > g {
+			next = guessSize(Prediction{Size: g, PeakReservedBytes: rg}, Prediction{Size: xa, PeakReservedBytes: ra}, c)
+		}
+		if next >= g-1 && next <= g+1 {
+			return next, nil
+		}
+		xa, ra, g = g, rg, next
+	}
+	return g, nil
 }
 
 // guessSize is where the line through two predictions' peak reserved reaches the capacity.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // fitTwoPoints fits each allocation of the reference trace across the files: the allocation
@@ -53,7 +54,7 @@ func fitTwoPoints(traces []*devTrace, ref int, names siteNamer) (*model, []Unmat
 		}
 	}
 	// A call stack's scaling, from its allocations fitted across files.
-	byKey := map[string]fit{}
+	byKey := map[uint64]fit{}
 	for i, r := range rt.recs {
 		if f := m.fits[i]; f.kind != FitFixed && r.key != preTraceKey {
 			if _, ok := byKey[r.key]; !ok {
@@ -154,6 +155,25 @@ func twoPointAssumptions(traces []*devTrace, ref int, m *model) []string {
 	return out
 }
 
+// optimizerTemporary reports whether a stack runs inside an optimizer's step (a frame named
+// step, or torch.optim's _single_tensor_* / _multi_tensor_* / _fused_* helpers, in a file whose
+// name says optim) and outside any nn.Module call (module.py _call_impl): Lightning's closure runs
+// the forward inside optimizer.step, and its temporaries do grow.
+func optimizerTemporary(frames []snapshot.Frame) bool {
+	inStep := false
+	for _, f := range frames {
+		file := strings.ToLower(filepath.Base(strings.ReplaceAll(f.Filename, "\\", "/")))
+		if strings.HasSuffix(file, "module.py") && (f.Name == "_call_impl" || f.Name == "_wrapped_call_impl") {
+			return false
+		}
+		if strings.Contains(file, "optim") && (f.Name == "step" || strings.HasPrefix(f.Name, "_single_tensor_") ||
+			strings.HasPrefix(f.Name, "_multi_tensor_") || strings.HasPrefix(f.Name, "_fused_")) {
+			inStep = true
+		}
+	}
+	return inStep
+}
+
 // scalingRoles are the roles whose memory grows with the batch (and the sequence): what the
 // forward and backward passes make from the input. Parameters, gradients, optimizer state,
 // workspaces and communication buffers do not.
@@ -175,15 +195,34 @@ func fitRoles(t *devTrace, rolesOf func(int) (*analysis.Roles, error), dim strin
 	}
 	m := &model{ref: t, fits: make([]fit, len(t.recs))}
 	x := float64(t.size)
-	var scaledBytes, divisible, other int64
+	var scaledBytes, divisible, other, optTemps, optBytes int64
+	optStep := map[snapshot.StackID]bool{}
+	byStack := map[snapshot.StackID]analysis.Attribution{}
 	byRole := map[string]int64{}
 	for i, r := range t.recs {
 		m.fits[i] = fit{kind: FitFixed, c: [3]float64{float64(r.size)}}
 		if r.at < 0 {
 			continue
 		}
-		at := ro.Live(t.dev, r.stack, r.addr, r.size, r.at, r.at)
+		// A stack's role, asked once: only "other" is settled per allocation (by how it ended).
+		at, ok := byStack[r.stack]
+		if !ok || at.Category == analysis.CategoryOther {
+			at = ro.Live(t.dev, r.stack, r.addr, r.size, r.at, r.at)
+			byStack[r.stack] = at
+		}
 		scale := scalingRoles[at.Category]
+		if scale && at.Category == analysis.CategoryTemporary {
+			opt, ok := optStep[r.stack]
+			if !ok {
+				opt = optimizerTemporary(t.snap.StackFrames(r.stack))
+				optStep[r.stack] = opt
+			}
+			if opt {
+				scale = false
+				optTemps++
+				optBytes += r.size
+			}
+		}
 		if !scale && at.Category == analysis.CategoryOther && r.end >= 0 && r.size%t.size == 0 {
 			scale = true
 			other++
@@ -212,8 +251,10 @@ func fitRoles(t *devTrace, rolesOf func(int) (*analysis.Roles, error), dim strin
 	*notes = append(*notes,
 		fmt.Sprintf("one snapshot: an estimate. Which allocations grow with the %s comes from their roles: activations, temporaries, backward temporaries and KV cache grow in proportion to it (%d allocations; made at the recorded size: %s); parameters, gradients, optimizer state, workspaces and the blocks alive before the trace (%d, %s) stay as recorded",
 			unitName(dim), m.count.Scaled, strings.Join(parts, ", "), t.preTrace, analysis.FormatBytes(t.preTraceBytes)),
-		fmt.Sprintf("evidence: %d of the %d growing allocations have sizes divisible by %d, the recorded %s", divisible, m.count.Scaled, t.size, unitName(dim)),
-		"temporaries of the optimizer step are counted as growing too, though they do not: the estimate errs high there")
+		fmt.Sprintf("evidence: %d of the %d growing allocations have sizes divisible by %d, the recorded %s", divisible, m.count.Scaled, t.size, unitName(dim)))
+	if optTemps > 0 {
+		*notes = append(*notes, fmt.Sprintf("%s (%s) made inside an optimizer's step() and outside any module's forward are taken for the optimizer's own temporaries, sized by the parameters: they stay as recorded (a guess from the frames)", count(int(optTemps), "temporary allocation"), analysis.FormatBytes(optBytes)))
+	}
 	if other > 0 {
 		*notes = append(*notes, fmt.Sprintf("%s of no particular role grow too: freed within the trace, with sizes divisible by %d (the input and other per-%s tensors; a guess)", count(int(other), "allocation"), t.size, shortUnit(dim)))
 	}

@@ -2,7 +2,6 @@ package capacity
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/memsnap/memsnap/analysis/allocator"
 	"github.com/memsnap/memsnap/analysis/snapshot"
@@ -12,7 +11,7 @@ import (
 // trace), released at event end (free_completed, else free_requested; -1: alive at the end of
 // what is read).
 type rec struct {
-	key    string // the call stack's identity: its frames (pre-trace blocks: "pre-trace")
+	key    uint64 // the call stack's identity across files (pre-trace blocks: preTraceKey)
 	occ    int    // how many earlier allocations of this file share key
 	stack  snapshot.StackID
 	addr   uint64
@@ -31,7 +30,7 @@ type devTrace struct {
 	snap  *snapshot.Snapshot
 	set   allocator.Settings
 	recs  []rec
-	byKey map[string][]int // key -> rec indexes, in order (occurrence n is byKey[key][n])
+	byKey map[uint64][]int // key -> rec indexes, in order (occurrence n is byKey[key][n])
 	// events is how many trace events are read: up to the first OOM (excluded), or all.
 	events int
 	// oom is the first oom event (-1: none), oomRequest its size.
@@ -42,42 +41,58 @@ type devTrace struct {
 	preTraceBytes int64
 }
 
-// stackKeys renders each stack's frames once: the identity of an allocation site across files
-// (stack ids differ between files).
+// stackKeys gives each stack an identity that holds across files (stack ids differ between
+// files): a 64-bit FNV-1a hash of its frames (file, line, function), each frame hashed once.
 type stackKeys struct {
-	snap *snapshot.Snapshot
-	keys map[snapshot.StackID]string
+	snap   *snapshot.Snapshot
+	frames []uint64 // per frame id: its hash (0: not yet)
+	keys   map[snapshot.StackID]uint64
 }
 
-func (k *stackKeys) of(id snapshot.StackID) string {
-	if s, ok := k.keys[id]; ok {
-		return s
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
 	}
-	var b strings.Builder
-	for _, f := range k.snap.StackFrames(id) {
-		b.WriteString(f.Filename)
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatInt(f.Line, 10))
-		b.WriteByte(':')
-		b.WriteString(f.Name)
-		b.WriteByte('|')
+	return h
+}
+
+func (k *stackKeys) of(id snapshot.StackID) uint64 {
+	if h, ok := k.keys[id]; ok {
+		return h
 	}
-	s := b.String()
-	k.keys[id] = s
-	return s
+	h := uint64(fnvOffset)
+	if id >= 0 && int(id) < len(k.snap.Stacks) {
+		for _, f := range k.snap.Stacks[id] {
+			fh := k.frames[f]
+			if fh == 0 {
+				fr := k.snap.Frames[f]
+				fh = fnvString(fnvString(fnvString(fnvOffset, fr.Filename), strconv.FormatInt(fr.Line, 10)), fr.Name) | 1
+				k.frames[f] = fh
+			}
+			h = (h ^ fh) * fnvPrime
+		}
+	}
+	h |= 1 << 63 // never preTraceKey
+	k.keys[id] = h
+	return h
 }
 
 // preTraceKey names the blocks alive before a trace: matched across files by their order.
-const preTraceKey = "pre-trace"
+const preTraceKey uint64 = 0
 
 // readTrace reads device dev of snap: its allocations up to the first OOM, and the blocks
 // alive before the trace (frees of addresses the trace never allocated, and live blocks of the
 // final state it never allocated).
 func readTrace(snap *snapshot.Snapshot, dev, file int, size int64) *devTrace {
 	t := &devTrace{file: file, path: snap.Path, size: size, dev: dev, snap: snap, set: allocator.FromSnapshot(snap.Settings),
-		byKey: map[string][]int{}, oom: -1}
+		byKey: map[uint64][]int{}, oom: -1}
 	evs := snap.DeviceTraces[dev]
-	keys := &stackKeys{snap: snap, keys: map[snapshot.StackID]string{}}
+	keys := &stackKeys{snap: snap, frames: make([]uint64, len(snap.Frames)), keys: map[snapshot.StackID]uint64{}}
 	var pre, trace []rec
 	live := map[uint64]int{} // address -> index in trace (>= 0) or -(index in pre)-1
 	seen := map[uint64]bool{}
