@@ -334,6 +334,20 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 	var err error
 	if len(files) >= 2 {
 		out.Method = MethodTwoPoints
+		// Positions in the step: with step starts in every file, occurrences count per step.
+		starts := make([][]int, len(traces))
+		all := true
+		for i := range traces {
+			if ro, err := rolesOf(i); err == nil {
+				starts[i] = ro.Steps(dev).Starts
+			}
+			all = all && len(starts[i]) > 0
+		}
+		if all {
+			for i, t := range traces {
+				t.numberSteps(starts[i])
+			}
+		}
 		m, unmatched = fitTwoPoints(traces, ref, names)
 		out.Assumptions = append(out.Assumptions, twoPointAssumptions(traces, ref, m)...)
 	} else {
@@ -362,6 +376,7 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 	// The peak step, and the step before it: that one rebuilds the cache the peak step
 	// starts with (the segments earlier steps left, their holes), at the predicted size.
 	from, to := 0, rt.events
+	warm := false // a complete step before the peak step is replayed
 	if ro, err := rolesOf(ref); err == nil && own[ref].peakEvent >= 0 {
 		starts := ro.Steps(dev).Starts
 		j := -1
@@ -374,14 +389,25 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 			to = min(starts[j+1], rt.events)
 		}
 		if j >= 1 {
-			from = starts[j-1]
+			from, warm = starts[j-1], true
+		} else if j == 0 {
+			// Before the first step start the trace may hold part of a step (a ring buffer,
+			// recording switched on late) whose earlier allocations it never saw: start at the
+			// step boundary, with what is alive there.
+			from = starts[0]
 		}
 	}
 	out.PeakStepEvents = [2]int{from, to}
 	prog := newProgram(rt, from, to)
-	if from > 0 || to < rt.events {
+	switch {
+	case warm && (from > 0 || to < rt.events):
 		out.Assumptions = append(out.Assumptions, fmt.Sprintf("only the peak step and the step before it are replayed (trace events %d to %d of %s): they start from the %d allocations alive at their start, packed into fresh segments; the step before rebuilds the cache the peak step meets",
 			from, to-1, filepath.Base(rt.path), prog.seeds))
+	case from > 0:
+		out.Assumptions = append(out.Assumptions, fmt.Sprintf("no complete step precedes the peak step in %s's trace: the replay starts at the peak step (trace events %d to %d) from the %d allocations alive there, packed into fresh segments, so the cache earlier steps leave behind is missing and the peak reserved may be low (record one more step for it)",
+			filepath.Base(rt.path), from, to-1, prog.seeds))
+	case to < rt.events:
+		out.Assumptions = append(out.Assumptions, fmt.Sprintf("the trace of %s is replayed up to the end of its peak step (trace event %d)", filepath.Base(rt.path), to-1))
 	}
 	out.Assumptions = append(out.Assumptions, fmt.Sprintf("replayed with %s's allocator settings (%s), every allocation in the default pool", filepath.Base(rt.path), confName(rt.set)))
 

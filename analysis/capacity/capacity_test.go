@@ -234,3 +234,34 @@ func TestFitSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestRingBufferTraces: files recorded with a ring buffer (the oldest events dropped, at a
+// different point of the first step in each file) are matched step for step: batch 24 from
+// batches 8 and 16 is within 5% of the simulated run's peak allocated. The peak reserved is
+// low (the cache the lost first step left is unknown), and an assumption says so.
+func TestRingBufferTraces(t *testing.T) {
+	var in []File
+	for _, b := range []int64{8, 16} {
+		r := sim.CapacityTrainingWith(sim.CapacityDimsFor("batch", b), sim.Config{MaxEntries: 300})
+		r.Snap.Path = fmt.Sprintf("ring%d.pickle", b)
+		in = append(in, File{Snap: r.Snap, Size: b})
+	}
+	_, truth := simFile("batch", 24)
+	r, err := Analyze(context.Background(), in, Options{Predict: []int64{24}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Devices[0]
+	p := predictionAt(t, d, 24)
+	ea, er := pctOff(p.PeakAllocatedBytes, truth.PeakAllocated), pctOff(p.PeakReservedBytes, truth.PeakReserved)
+	t.Logf("batch 24 from ring-buffered 8 and 16: allocated %d vs %d (%.2f%%), reserved %d vs %d (%.2f%%); %q", p.PeakAllocatedBytes, truth.PeakAllocated, ea, p.PeakReservedBytes, truth.PeakReserved, er, d.Assumptions[0])
+	if ea > 5 || p.PeakReservedBytes > truth.PeakReserved {
+		t.Errorf("off by %.2f%% allocated (over 5%%), reserved %d above the run's", ea, p.PeakReservedBytes)
+	}
+	if !strings.Contains(strings.Join(d.Assumptions, "\n"), "the peak reserved may be low") {
+		t.Errorf("no assumption says the reserved is low: %q", d.Assumptions)
+	}
+	if !strings.Contains(d.Assumptions[0], "in the same step") {
+		t.Errorf("not matched per step: %q", d.Assumptions[0])
+	}
+}

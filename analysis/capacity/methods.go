@@ -30,7 +30,7 @@ func fitTwoPoints(traces []*devTrace, ref int, names siteNamer) (*model, []Unmat
 		var xs, ys []float64
 		absent := 0.0 // the largest size of a complete trace without it
 		for fi, t := range traces {
-			idx := t.byKey[r.key]
+			idx := t.byKey[stepKey{r.step, r.key}]
 			if r.occ >= len(idx) {
 				if t.oom < 0 {
 					absent = max(absent, float64(t.size))
@@ -56,7 +56,7 @@ func fitTwoPoints(traces []*devTrace, ref int, names siteNamer) (*model, []Unmat
 	// A call stack's scaling, from its allocations fitted across files.
 	byKey := map[uint64]fit{}
 	for i, r := range rt.recs {
-		if f := m.fits[i]; f.kind != FitFixed && r.key != preTraceKey {
+		if f := m.fits[i]; f.kind != FitFixed && r.at >= 0 {
 			if _, ok := byKey[r.key]; !ok {
 				byKey[r.key] = f
 			}
@@ -139,8 +139,12 @@ func fitTwoPoints(traces []*devTrace, ref int, names siteNamer) (*model, []Unmat
 func twoPointAssumptions(traces []*devTrace, ref int, m *model) []string {
 	rt := traces[ref]
 	var out []string
-	out = append(out, fmt.Sprintf("allocations matched across the %d files by call stack and by how many allocations of that call stack came before them; each one's size fitted over the sizes: %d fixed, %d linear, %d quadratic",
-		len(traces), m.count.Fixed, m.count.Linear, m.count.Quadratic))
+	where := "from the start of each trace (no step starts found in every file)"
+	if rt.stepped {
+		where = "in the same step (steps counted from the first step start of each trace)"
+	}
+	out = append(out, fmt.Sprintf("allocations matched across the %d files by call stack and by how many allocations of that call stack came before them %s; each one's size fitted over the sizes: %d fixed, %d linear, %d quadratic",
+		len(traces), where, m.count.Fixed, m.count.Linear, m.count.Quadratic))
 	if rt.preTrace > 0 {
 		out = append(out, fmt.Sprintf("%d blocks (%s) alive before %s's trace began are seeded into the replay as fixed", rt.preTrace, analysis.FormatBytes(rt.preTraceBytes), filepath.Base(rt.path)))
 	}

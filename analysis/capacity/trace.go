@@ -11,8 +11,9 @@ import (
 // trace), released at event end (free_completed, else free_requested; -1: alive at the end of
 // what is read).
 type rec struct {
-	key    uint64 // the call stack's identity across files (pre-trace blocks: preTraceKey)
-	occ    int    // how many earlier allocations of this file share key
+	key    uint64 // the call stack's identity across files (blocks alive before the trace: preTraceKey)
+	occ    int    // how many earlier allocations of this step share key
+	step   int    // the step the allocation was made in (see numberSteps; -2: before the trace)
 	stack  snapshot.StackID
 	addr   uint64
 	size   int64 // as recorded (requested bytes where the file records them)
@@ -30,7 +31,10 @@ type devTrace struct {
 	snap  *snapshot.Snapshot
 	set   allocator.Settings
 	recs  []rec
-	byKey map[uint64][]int // key -> rec indexes, in order (occurrence n is byKey[key][n])
+	// byKey lists the recs of each step and key, in order: occurrence n is byKey[{step, key}][n].
+	byKey map[stepKey][]int
+	// stepped: the occurrences are counted per step (numberSteps found steps).
+	stepped bool
 	// events is how many trace events are read: up to the first OOM (excluded), or all.
 	events int
 	// oom is the first oom event (-1: none), oomRequest its size.
@@ -77,20 +81,31 @@ func (k *stackKeys) of(id snapshot.StackID) uint64 {
 			h = (h ^ fh) * fnvPrime
 		}
 	}
-	h |= 1 << 63 // never preTraceKey
+	h |= 1 << 63 // never a preTraceKey
 	k.keys[id] = h
 	return h
 }
 
-// preTraceKey names the blocks alive before a trace: matched across files by their order.
-const preTraceKey uint64 = 0
+// preTraceKey names a block alive before the trace (the top bit clear: never a stack's key),
+// from the stack key of what is known of it: the free event's stack for a block the trace
+// frees, the block's own stack for one alive at the end (final), kept apart so that the
+// weights alive throughout match the weights of the other file, whatever number of
+// activations each trace saw freed before them.
+func preTraceKey(stackKey uint64, final bool) uint64 {
+	k := stackKey ^ 0x9e3779b97f4a7c15
+	if final {
+		k = stackKey ^ 0x7f4a7c159e3779b9
+	}
+	k = (k * fnvPrime) &^ (1 << 63)
+	return max(k, 1)
+}
 
 // readTrace reads device dev of snap: its allocations up to the first OOM, and the blocks
 // alive before the trace (frees of addresses the trace never allocated, and live blocks of the
 // final state it never allocated).
 func readTrace(snap *snapshot.Snapshot, dev, file int, size int64) *devTrace {
 	t := &devTrace{file: file, path: snap.Path, size: size, dev: dev, snap: snap, set: allocator.FromSnapshot(snap.Settings),
-		byKey: map[uint64][]int{}, oom: -1}
+		oom: -1}
 	evs := snap.DeviceTraces[dev]
 	keys := &stackKeys{snap: snap, frames: make([]uint64, len(snap.Frames)), keys: map[snapshot.StackID]uint64{}}
 	var pre, trace []rec
@@ -114,7 +129,7 @@ func readTrace(snap *snapshot.Snapshot, dev, file int, size int64) *devTrace {
 				}
 				// A block allocated before the trace.
 				seen[ev.Addr] = true
-				pre = append(pre, rec{key: preTraceKey, stack: snapshot.NoStack, addr: ev.Addr, size: ev.Size, stream: ev.Stream, at: -1, end: i})
+				pre = append(pre, rec{key: preTraceKey(keys.of(ev.Stack), false), stack: snapshot.NoStack, addr: ev.Addr, size: ev.Size, stream: ev.Stream, at: -1, end: i})
 				k = -len(pre)
 				live[ev.Addr] = k
 			}
@@ -145,7 +160,7 @@ func readTrace(snap *snapshot.Snapshot, dev, file int, size int64) *devTrace {
 					if n <= 0 {
 						n = b.Size
 					}
-					pre = append(pre, rec{key: preTraceKey, stack: snapshot.NoStack, addr: b.Address, size: n, stream: sg.Stream, at: -1, end: -1})
+					pre = append(pre, rec{key: preTraceKey(keys.of(b.Stack), true), stack: snapshot.NoStack, addr: b.Address, size: n, stream: sg.Stream, at: -1, end: -1})
 				}
 			}
 		}
@@ -155,12 +170,42 @@ func readTrace(snap *snapshot.Snapshot, dev, file int, size int64) *devTrace {
 		t.preTraceBytes += r.size
 	}
 	t.recs = append(pre, trace...)
+	t.numberSteps(nil)
+	return t
+}
+
+// stepKey is where an allocation sits: its step and its call stack.
+type stepKey struct {
+	step int
+	key  uint64
+}
+
+// numberSteps numbers each allocation's occurrence of its call stack within its step: the
+// step it was made in, counted from the first step start (allocations before it are step -1,
+// blocks alive before the trace -2), so that traces of one workload that begin at different
+// points (a ring buffer, recording switched on late) still match step for step. Without step
+// starts, the occurrences count from the start of the trace.
+func (t *devTrace) numberSteps(starts []int) {
+	t.byKey = map[stepKey][]int{}
+	t.stepped = len(starts) > 0
+	s := 0
 	for i := range t.recs {
 		r := &t.recs[i]
-		r.occ = len(t.byKey[r.key])
-		t.byKey[r.key] = append(t.byKey[r.key], i)
+		switch {
+		case r.at < 0:
+			r.step = -2
+		case len(starts) == 0:
+			r.step = 0
+		default:
+			for s < len(starts) && starts[s] <= r.at {
+				s++
+			}
+			r.step = s - 1
+		}
+		k := stepKey{r.step, r.key}
+		r.occ = len(t.byKey[k])
+		t.byKey[k] = append(t.byKey[k], i)
 	}
-	return t
 }
 
 // hasAllocs reports whether device dev of snap has allocation events.

@@ -65,10 +65,16 @@ const capWorkspaceTokens = 2048
 // the first step, zero_grad(set_to_none=True). The cuBLAS workspace (8,519,680 B) is made by
 // the first matmul and kept.
 func CapacityTraining(d CapacityDims, capacity int64) CapacityRun {
-	if capacity == 0 {
-		capacity = 64 * GiB
+	return CapacityTrainingWith(d, Config{Capacity: capacity})
+}
+
+// CapacityTrainingWith is CapacityTraining recorded with cfg (a ring buffer: MaxEntries; the
+// capacity: Capacity, 0 = 64 GiB).
+func CapacityTrainingWith(d CapacityDims, cfg Config) CapacityRun {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 64 * GiB
 	}
-	s := New(Config{Capacity: capacity})
+	s := New(cfg)
 	var run CapacityRun
 	stop := errors.New("oom")
 	track := func() {
