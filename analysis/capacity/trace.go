@@ -24,13 +24,13 @@ type rec struct {
 
 // devTrace is what the capacity analysis reads of one device of one file.
 type devTrace struct {
-	file  int
-	path  string
-	size  int64
-	dev   int
-	snap  *snapshot.Snapshot
-	set   allocator.Settings
-	recs  []rec
+	file int
+	path string
+	size int64
+	dev  int
+	snap *snapshot.Snapshot
+	set  allocator.Settings
+	recs []rec
 	// byKey lists the recs of each step and key, in order: occurrence n is byKey[{step, key}][n].
 	byKey map[stepKey][]int
 	// stepped: the occurrences are counted per step (numberSteps found steps).
