@@ -265,3 +265,32 @@ func TestRingBufferTraces(t *testing.T) {
 		t.Errorf("not matched per step: %q", d.Assumptions[0])
 	}
 }
+
+// TestDeviceByDevice: files recorded on device 1 are answered for device 1; asking for a device
+// without a trace in every file is refused.
+func TestDeviceByDevice(t *testing.T) {
+	var in []File
+	for _, b := range []int64{8, 16} {
+		r := sim.CapacityTrainingWith(sim.CapacityDimsFor("batch", b), sim.Config{Device: 1, NumDevices: 2})
+		r.Snap.Path = fmt.Sprintf("dev1_%d.pickle", b)
+		in = append(in, File{Snap: r.Snap, Size: b})
+	}
+	_, truth := simFile("batch", 24)
+	r, err := Analyze(context.Background(), in, Options{Predict: []int64{24}, Capacity: 400 * sim.MiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Devices) != 1 || r.Devices[0].Device != 1 {
+		t.Fatalf("devices %+v", r.Devices)
+	}
+	if p := predictionAt(t, r.Devices[0], 24); p.PeakAllocatedBytes != truth.PeakAllocated {
+		t.Errorf("batch 24 on device 1: %d, want %d", p.PeakAllocatedBytes, truth.PeakAllocated)
+	}
+	if r.Devices[0].MaxSize == nil || *r.Devices[0].MaxSize != 23 {
+		t.Errorf("largest %v, want 23 (TestLargestSize's simulated run at 400 MiB)", r.Devices[0].MaxSize)
+	}
+	zero := 0
+	if _, err := Analyze(context.Background(), in, Options{Device: &zero}); err == nil || !strings.Contains(err.Error(), "device 0 has no allocation events in every file") {
+		t.Errorf("device 0: %v", err)
+	}
+}
