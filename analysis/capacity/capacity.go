@@ -335,11 +335,17 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 	if len(files) >= 2 {
 		out.Method = MethodTwoPoints
 		// Positions in the step: with step starts in every file, occurrences count per step.
+		// The steps must be found the same way in every file (annotations, phases, …).
 		starts := make([][]int, len(traces))
-		all := true
+		all, source := true, ""
 		for i := range traces {
 			if ro, err := rolesOf(i); err == nil {
-				starts[i] = ro.Steps(dev).Starts
+				st := ro.Steps(dev)
+				starts[i] = st.Starts
+				if i == 0 {
+					source = st.Source
+				}
+				all = all && st.Source == source
 			}
 			all = all && len(starts[i]) > 0
 		}
