@@ -42,10 +42,15 @@ func fitTwoPoints(traces []*devTrace, ref int, names siteNamer) (*model, []Unmat
 			xs = append(xs, float64(t.size))
 			ys = append(ys, float64(t.recs[j].size))
 		}
-		if len(xs) < 2 {
+		switch {
+		case r.at < 0:
+			// Alive before the trace: seeded as fixed, at the replayed file's size.
+			m.fits[i] = fit{kind: FitFixed, c: [3]float64{float64(r.size)}}
+			continue
+		case len(xs) < 2:
 			single = append(single, i)
 			m.fits[i] = fit{kind: FitFixed, c: [3]float64{float64(r.size)}}
-		} else {
+		default:
 			m.fits[i] = fitSizes(xs, ys)
 		}
 		if absent > 0 && absent < slices.Min(xs) {
