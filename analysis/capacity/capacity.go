@@ -396,10 +396,10 @@ func analyzeDevice(ctx context.Context, files []File, dev int, opt Options, role
 		}
 		if j >= 1 {
 			from, warm = starts[j-1], true
-		} else if j == 0 {
-			// Before the first step start the trace may hold part of a step (a ring buffer,
-			// recording switched on late) whose earlier allocations it never saw: start at the
-			// step boundary, with what is alive there.
+		} else if j == 0 && rt.partial() {
+			// Before the first step start the trace holds part of a step (a ring buffer,
+			// recording switched on mid-step) whose earlier allocations it never saw: start at
+			// the step boundary, with what is alive there.
 			from = starts[0]
 		}
 	}

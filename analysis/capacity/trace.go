@@ -174,6 +174,18 @@ func readTrace(snap *snapshot.Snapshot, dev, file int, size int64) *devTrace {
 	return t
 }
 
+// partial reports whether the trace frees blocks it never saw allocated: it began in the middle
+// of the program's work (a ring buffer, recording switched on mid-step), not only after
+// blocks that stay (weights loaded before recording began).
+func (t *devTrace) partial() bool {
+	for _, r := range t.recs[:t.preTrace] {
+		if r.end >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // stepKey is where an allocation sits: its step and its call stack.
 type stepKey struct {
 	step int
