@@ -136,7 +136,7 @@ func newServer(cfg Config) (*server.MCPServer, *env, error) {
 func (e *env) tools() ([]server.ServerTool, error) {
 	var out []server.ServerTool
 	for _, mk := range []func(*env) (server.ServerTool, error){
-		summarizeTool, topStacksTool, diffTool, oomTool, fragmentationTool, replayTool, readRawTool, checkTool, timelineTool, whatIfTool,
+		summarizeTool, topStacksTool, diffTool, oomTool, fragmentationTool, replayTool, readRawTool, checkTool, timelineTool, whatIfTool, capacityTool,
 	} {
 		t, err := mk(e)
 		if err != nil {
@@ -148,7 +148,7 @@ func (e *env) tools() ([]server.ServerTool, error) {
 }
 
 // ToolNames lists the tools in declaration order.
-var ToolNames = []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section", "check", "timeline", "what-if"}
+var ToolNames = []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section", "check", "timeline", "what-if", "capacity"}
 
 // texter is an analysis result that renders itself as text.
 type texter interface{ Text() string }

@@ -157,6 +157,8 @@ func TestToolErrors(t *testing.T) {
 			return map[string]any{"before": fx(t, "no_growth_step5.pickle"), "after": p}
 		case "read-raw-section":
 			return map[string]any{"path": p, "section": "segments"}
+		case "capacity":
+			return map[string]any{"files": []any{map[string]any{"path": p, "size": 8}}}
 		}
 		return map[string]any{"path": p}
 	}
