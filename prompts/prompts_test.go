@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/memsnap/memsnap/catalog"
 )
 
 // TestPrompts: every placeholder is an argument and every argument is used; the instructions
-// and the guide name every tool.
+// and the guide name every tool of the catalog.
 func TestPrompts(t *testing.T) {
 	ph := regexp.MustCompile(`\{\{(\w+)\}\}`)
 	for _, p := range All {
@@ -25,7 +27,7 @@ func TestPrompts(t *testing.T) {
 			}
 		}
 	}
-	for _, tool := range []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section"} {
+	for _, tool := range catalog.Tools() {
 		if !strings.Contains(Instructions, "`"+tool+"`") || !strings.Contains(Guide, "`"+tool+"`") {
 			t.Errorf("instructions or guide lack %s", tool)
 		}
