@@ -59,7 +59,7 @@ func TestPlotCommand(t *testing.T) {
 		t.Errorf("SVG: %v", err)
 	}
 	// A window and --top.
-	js, err = run(t, "plot", scenarioDir+"growing_container_step50.pickle", "-o", out, "--window", "1000:2000", "--top", "3", "--json")
+	js, err = run(t, "plot", scenarioDir+"growing_container_step50.pickle", "-o", out, "--force", "--window", "1000:2000", "--top", "3", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +69,13 @@ func TestPlotCommand(t *testing.T) {
 	}
 	if tl := got.Timeline; tl == nil || tl.Start != 1000 || tl.End != 2000 || len(tl.Bands) != 4 || !tl.Bands[3].Other {
 		t.Errorf("window JSON: %s", js)
+	}	// Without --force an existing picture is kept, as convert and trim keep theirs.
+	before, _ := os.ReadFile(out)
+	if _, err := run(t, "plot", scenarioDir+"activation_oom.pickle", "-o", out); err == nil || oneLine(err) != out+" exists; pass --force to replace it" || exitCode(err) != 2 {
+		t.Errorf("plot over an existing file: %v", err)
+	}
+	if after, _ := os.ReadFile(out); !bytes.Equal(before, after) || len(after) == 0 {
+		t.Error("plot without --force changed the existing file")
 	}
 }
 

@@ -141,3 +141,38 @@ func emit(c *cobra.Command, asJSON bool, r texter) error {
 	_, err := io.WriteString(c.OutOrStdout(), r.Text())
 	return err
 }
+
+// needArgs checks a command's positional arguments and says what is missing in a sentence
+// ("summarize needs a snapshot PATH"), instead of cobra's "accepts 1 arg(s), received 0".
+// what names the arguments as the object of "needs"; n is how many (0 for none).
+func needArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		switch {
+		case len(args) < n:
+			return fmt.Errorf("%s needs %s (see %s --help)", c.Name(), what, c.CommandPath())
+		case len(args) > n && n == 0:
+			return fmt.Errorf("%s takes no arguments; got %s (see %s --help)", c.Name(), quoteArgs(args), c.CommandPath())
+		case len(args) > n:
+			return fmt.Errorf("%s takes %s; got %d arguments: %s (see %s --help)", c.Name(), strings.Replace(what, "a ", "one ", 1), len(args), quoteArgs(args), c.CommandPath())
+		}
+		return nil
+	}
+}
+
+// atMostOneArg is needArgs for an optional argument.
+func atMostOneArg(what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return fmt.Errorf("%s takes at most %s; got %d arguments: %s (see %s --help)", c.Name(), what, len(args), quoteArgs(args), c.CommandPath())
+		}
+		return nil
+	}
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = fmt.Sprintf("%q", a)
+	}
+	return strings.Join(q, " ")
+}

@@ -74,7 +74,7 @@ as the CLI's commands do, and at its default between loads; a GOGC in the enviro
 		Example: `  memsnap serve
   memsnap serve --root /data/snapshots --root .
   MEMSNAP_TOKEN=... memsnap serve --http 127.0.0.1:8765`,
-		Args: cobra.NoArgs,
+		Args: needArgs(0, ""),
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx := c.Context()
 			if !c.Flags().Changed("token") {

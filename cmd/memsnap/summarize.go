@@ -26,7 +26,7 @@ PATH may be a file, "-" for standard input, or a directory of per-rank snapshots
 		Example: `  memsnap summarize snapshot.pickle
   memsnap summarize snapshot.pickle --json --device 0
   memsnap summarize ranks/ --json`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			ctx := c.Context()
 			opt := analysis.SummaryOptions{}

@@ -70,7 +70,7 @@ must hold a trace (torch.cuda.memory._record_memory_history).`,
 		Example: `  memsnap whatif oom.pickle --set expandable_segments=True
   memsnap whatif oom.pickle --set max_split_size_mb=128 --set roundup_power2_divisions=4 --json
   memsnap whatif trace.pickle --recommend --device-memory 80GiB`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			var opt analysis.WhatIfOptions
 			var err error

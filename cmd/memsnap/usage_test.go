@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/memsnap/memsnap/tools"
+)
+
+// TestArgumentErrors: a missing or extra argument is a sentence naming what the command needs,
+// exit status 2.
+func TestArgumentErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"summarize"}, "memsnap: summarize needs a snapshot PATH (see memsnap summarize --help)\n"},
+		{[]string{"oom"}, "memsnap: oom needs a snapshot PATH (see memsnap oom --help)\n"},
+		{[]string{"diff", "a.pickle"}, "memsnap: diff needs two snapshots of one run, BEFORE and AFTER (see memsnap diff --help)\n"},
+		{[]string{"top-stacks", "a.pickle", "b.pickle"}, `memsnap: top-stacks takes one snapshot PATH; got 2 arguments: "a.pickle" "b.pickle" (see memsnap top-stacks --help)` + "\n"},
+		{[]string{"serve", "x"}, `memsnap: serve takes no arguments; got "x" (see memsnap serve --help)` + "\n"},
+		{[]string{"eval", "a", "b"}, `memsnap: eval takes at most one suite FILE; got 2 arguments: "a" "b" (see memsnap eval --help)` + "\n"},
+	} {
+		root := newRootCmd()
+		root.SetArgs(tc.args)
+		var stderr strings.Builder
+		if code := execute(context.Background(), root, &stderr); code != 2 || stderr.String() != tc.want {
+			t.Errorf("%v: exit %d, %q; want 2, %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// TestVersionSentence: --version prints the version constant, then the revision or the sentence
+// saying the build has none (tests build without -buildvcs, so either may hold).
+func TestVersionSentence(t *testing.T) {
+	root := newRootCmd()
+	root.SetArgs([]string{"--version"})
+	var out strings.Builder
+	root.SetOut(&out)
+	if code := execute(context.Background(), root, &out); code != 0 {
+		t.Fatalf("exit %d: %s", code, out.String())
+	}
+	got := out.String()
+	if !strings.HasPrefix(got, "memsnap version "+tools.Version+" (") ||
+		!strings.Contains(got, "(rev ") && !strings.Contains(got, "built without VCS information") {
+		t.Errorf("--version printed %q", got)
+	}
+}
