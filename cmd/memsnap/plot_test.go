@@ -69,7 +69,8 @@ func TestPlotCommand(t *testing.T) {
 	}
 	if tl := got.Timeline; tl == nil || tl.Start != 1000 || tl.End != 2000 || len(tl.Bands) != 4 || !tl.Bands[3].Other {
 		t.Errorf("window JSON: %s", js)
-	} // Without --force an existing picture is kept, as convert and trim keep theirs.
+	}
+	// Without --force an existing picture is kept, as convert and trim keep theirs.
 	before, _ := os.ReadFile(out)
 	if _, err := run(t, "plot", scenarioDir+"activation_oom.pickle", "-o", out); err == nil || oneLine(err) != out+" exists; pass --force to replace it" || exitCode(err) != 2 {
 		t.Errorf("plot over an existing file: %v", err)
