@@ -82,7 +82,8 @@ func (o *loadOptions) addFlags(c *cobra.Command) {
 }
 
 func (o *loadOptions) options() load.Options {
-	return load.Options{MaxTraceEvents: o.maxTraceEvents, MaxDecompressed: o.maxDecompressed.bytes}
+	// The command line reads the user's own symbolic links (the MCP server does not).
+	return load.Options{MaxTraceEvents: o.maxTraceEvents, MaxDecompressed: o.maxDecompressed.bytes, FollowLinks: true}
 }
 
 // decompressedFlag is --max-decompressed: a size (8GiB, 512MiB, bytes) or -1 for no limit.
