@@ -124,7 +124,7 @@ type Summary struct {
 	Format  snapshot.Format `json:"format"`
 	Devices []DeviceSummary `json:"devices"`
 	// Totals is nil across files that are not the ranks of one job (TotalsNote says so).
-	Totals *MemoryTotals  `json:"totals" jsonschema:"oneof_type=object;null"`
+	Totals *MemoryTotals `json:"totals" jsonschema:"oneof_type=object;null"`
 	Ranks  []RankSummary `json:"ranks,omitempty"`
 	// TotalsNote says why Totals is nil.
 	TotalsNote string `json:"totals_note,omitempty"`
