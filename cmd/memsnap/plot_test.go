@@ -14,6 +14,8 @@ import (
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
+
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
 const scenarioDir = "../../testdata/scenarios/"
@@ -117,7 +119,7 @@ func TestPlotErrors(t *testing.T) {
 // TestPlotNoTrace: a timeline of a state-only file is a one-line error with exit status 2 that
 // suggests the segments.
 func TestPlotNoTrace(t *testing.T) {
-	real := filepath.Join("..", "..", "..", "shared", "snapshots", "real", "pt2.2_state-only_windows_ddpm-unet.pickle")
+	real := realtest.Path(t, "pt2.2_state-only_windows_ddpm-unet.pickle")
 	if _, err := os.Stat(real); err != nil {
 		t.Skipf("real snapshots absent: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 	"github.com/memsnap/memsnap/tools"
 )
 
@@ -47,3 +48,5 @@ func TestVersionSentence(t *testing.T) {
 		t.Errorf("--version printed %q", got)
 	}
 }
+
+func TestMain(m *testing.M) { realtest.Main(m) }
