@@ -36,3 +36,13 @@ func TestPrompts(t *testing.T) {
 		t.Errorf("instructions are %d bytes", len(Instructions))
 	}
 }
+
+// TestDiagnoseOOMExitsEarly: the OOM workflow stops after summarize when the file records no
+// OOM, and sends the agent to the explain-memory workflow instead of five more tools.
+func TestDiagnoseOOMExitsEarly(t *testing.T) {
+	text := All[0].Text
+	first := strings.SplitN(text, "\n2. ", 2)[0]
+	if All[0].Name != "diagnose-oom" || !strings.Contains(first, "If ooms is 0, stop here") || !strings.Contains(first, "explain-memory") {
+		t.Errorf("diagnose-oom's first step does not exit early:\n%s", first)
+	}
+}
