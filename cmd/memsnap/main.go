@@ -40,7 +40,9 @@ func execute(ctx context.Context, root *cobra.Command, stderr io.Writer) (code i
 		}
 	}()
 	root.SetContext(ctx)
-	if err := root.ExecuteContext(ctx); err != nil {
+	err := root.ExecuteContext(ctx)
+	activeProgress.end()
+	if err != nil {
 		fmt.Fprintln(stderr, "memsnap: "+oneLine(err))
 		return exitCode(err)
 	}

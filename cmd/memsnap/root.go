@@ -40,6 +40,7 @@ and answers in allocator terms and in your own code.`,
 			if c.Name() != "serve" {
 				debug.SetGCPercent(200)
 			}
+			startProgress(c)
 			return nil
 		},
 	}
@@ -114,7 +115,10 @@ func (f *decompressedFlag) Set(s string) error {
 
 // loadSnapshot loads one snapshot file ("-" = standard input).
 func loadSnapshot(ctx context.Context, path string, o loadOptions) (*snapshot.Snapshot, error) {
-	snap, err := load.File(ctx, path, o.options())
+	opt := o.options()
+	opt.Progress = activeProgress.reading(path)
+	snap, err := load.File(ctx, path, opt)
+	activeProgress.read()
 	// What the decoder leaves (tens of MB on a large file) is garbage now, and the next
 	// collection would be far off (SetGCPercent above): collect it, so that the analysis
 	// reuses those pages instead of new ones the kernel must zero first, which on a VM may
