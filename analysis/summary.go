@@ -499,7 +499,7 @@ func (s *Summary) Text() string {
 			for _, a := range tr.ByAction {
 				acts = append(acts, fmt.Sprintf("%s %d", a.Action, a.Count))
 			}
-			fmt.Fprintf(&b, "  trace: %d events (%s)", tr.Events, strings.Join(acts, ", "))
+			fmt.Fprintf(&b, "  trace: %s (%s)", count(tr.Events, "event"), strings.Join(acts, ", "))
 			if tr.DurationUS > 0 {
 				fmt.Fprintf(&b, " over %.3f s", float64(tr.DurationUS)/1e6)
 			}

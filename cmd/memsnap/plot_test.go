@@ -27,7 +27,7 @@ func TestPlotCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"wrote " + out, "allocated peak 896 MiB after event 72", "OOM at event 76: 64.0 MiB requested", "model.py:41 forward [activation]"} {
+	for _, w := range []string{"wrote " + out, "allocated peak 896 MiB after event 72", "OOM at event 76: 64.0 MiB requested", "model.py:41 in forward [activation]"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("output lacks %q:\n%s", w, text)
 		}

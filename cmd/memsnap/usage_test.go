@@ -50,3 +50,31 @@ func TestVersionSentence(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { realtest.Main(m) }
+
+// TestWordingFixes: sentences a newcomer read as wrong or odd: a "why" said once for rows that
+// share it, "1 event", the fragmentation verdict without its label twice.
+func TestWordingFixes(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		want, not []string
+	}{
+		{[]string{"top-stacks", scenarioDir + "whatif_capacity_oom.pickle"}, []string{"      why: as for model.py:71 above\n"}, nil},
+		{[]string{"summarize", scenarioDir + "summarize_basic_legacy20.pickle"}, []string{"  trace: 1 event (snapshot 1)"}, []string{"1 events"}},
+		{[]string{"fragmentation", scenarioDir + "summarize_basic.pickle"}, []string{"verdict: cache, not fragmentation: ", "(largest piece 20.0 MiB, 42% of the free)"}, []string{"verdict: cache: cache"}},
+	} {
+		out, err := run(t, tc.args...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		for _, w := range tc.want {
+			if strings.Count(out, w) != 1 {
+				t.Errorf("%v: %q appears %d times, want once:\n%s", tc.args[0], w, strings.Count(out, w), out)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%v: still says %q", tc.args[0], n)
+			}
+		}
+	}
+}
