@@ -264,11 +264,6 @@ func TestTextSized(t *testing.T) {
 	}
 }
 
-func dirExists(d string) bool {
-	st, err := os.Stat(d)
-	return err == nil && st.IsDir()
-}
-
 func TestCapText(t *testing.T) {
 	long := strings.Repeat("0123456789abcdef\n", 1000)
 	for _, tc := range []struct {

@@ -1,6 +1,6 @@
 // Command memsnap diagnoses PyTorch CUDA memory from the snapshot files that
-// torch.cuda.memory._dump_snapshot() writes: a CLI (summarize, top-stacks, diff, oom,
-// fragmentation) and an MCP server, both on the analysis core.
+// torch.cuda.memory._dump_snapshot() writes: a CLI (one file per command; package catalog
+// lists them with their MCP tools) and an MCP server, both on the analysis core.
 package main
 
 import (
