@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -35,5 +36,33 @@ func TestCommandsMatchCatalog(t *testing.T) {
 	}
 	if !strings.Contains(help, "Tools: "+strings.Join(catalog.Tools(), ", ")+".") {
 		t.Errorf("serve --help's tool line is not the catalog's:\n%s", help)
+	}
+}
+
+// TestReadmeExample: the README's example output is what memsnap prints for that command (each
+// line, or the part before an ellipsis where the README cuts a long line).
+func TestReadmeExample(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "```text\n$ memsnap ")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("README.md has no ```text block starting with $ memsnap")
+	}
+	lines := strings.Split(strings.TrimSuffix(block, "\n"), "\n")
+	args := strings.Fields(lines[0])
+	args[len(args)-1] = "../../" + args[len(args)-1]
+	out, err := run(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines[1:] {
+		for _, part := range strings.Split(l, "...") {
+			if part = strings.TrimSpace(strings.Trim(part, " ;:")); part != "" && !strings.Contains(out, part) {
+				t.Errorf("README's example line %q: memsnap %s does not print %q", l, strings.Join(args, " "), part)
+			}
+		}
 	}
 }
