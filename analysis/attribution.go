@@ -542,3 +542,13 @@ func filteredStack(frames []*frameInfo, modelIdx, torchIdx int) []string {
 	}
 	return out
 }
+
+// SiteText writes a site with its function the one way every text answer does:
+// "model.py:41 in forward", or the site alone when it has no function (<no stack recorded>) or
+// already names it (a C++ operator: "<no Python frame> MmBackward0").
+func SiteText(site, function string) string {
+	if function == "" || site == function || strings.HasSuffix(site, " "+function) {
+		return site
+	}
+	return site + " in " + function
+}

@@ -23,6 +23,17 @@ type CheckOptions struct {
 	// Device restricts the gate to one device; AllDevices checks each.
 	Device      int                `json:"device"`
 	Attribution AttributionOptions `json:"-"`
+	// Spell writes a budget's name (max-peak, max-growth, …) as the caller's user gives it:
+	// nil for the command line's --max-peak; the MCP tool passes its argument names.
+	Spell func(budget string) string `json:"-"`
+}
+
+// spell writes a budget's name as the user gave it (CheckOptions.Spell).
+func (o CheckOptions) spell(budget string) string {
+	if o.Spell != nil {
+		return o.Spell(budget)
+	}
+	return "--" + budget
 }
 
 // CheckBudget is one budget on one device, met or not.
@@ -156,19 +167,19 @@ func Check(ctx context.Context, snap *snapshot.Snapshot, opt CheckOptions) (*Che
 				// The trace's sizes are requested bytes; the memory held at the end, in block
 				// sizes, was held at a moment of the trace too: the peak is at least that.
 				peak, atEnd = l.finalAlloc, true
-				r.Notes = append(r.Notes, fmt.Sprintf("device %d's trace records requested sizes: its peak sums requested bytes (%s), below the %s of blocks allocated at the end (rounded sizes, what the device held); --max-peak is checked against the larger, a lower bound of the real peak",
-					dev, FormatBytes(l.peakAlloc), FormatBytes(l.finalAlloc)))
+				r.Notes = append(r.Notes, fmt.Sprintf("device %d's trace records requested sizes: its peak sums requested bytes (%s), below the %s of blocks allocated at the end (rounded sizes, what the device held); %s is checked against the larger, a lower bound of the real peak",
+					dev, FormatBytes(l.peakAlloc), FormatBytes(l.finalAlloc), opt.spell("max-peak")))
 			case l.hasTrace && l.requested:
-				r.Notes = append(r.Notes, fmt.Sprintf("device %d's trace records requested sizes: its peak (%s) sums requested bytes, a little below the rounded blocks the device held then; leave that margin in --max-peak",
-					dev, FormatBytes(l.peakAlloc)))
+				r.Notes = append(r.Notes, fmt.Sprintf("device %d's trace records requested sizes: its peak (%s) sums requested bytes, a little below the rounded blocks the device held then; leave that margin in %s",
+					dev, FormatBytes(l.peakAlloc), opt.spell("max-peak")))
 			}
-			add(l.budget("max-peak", peakMeasure, peak, opt.MaxPeakBytes, atEnd))
+			add(l.budget("max-peak", opt.spell("max-peak"), peakMeasure, peak, opt.MaxPeakBytes, atEnd))
 		}
 		if opt.MaxReservedBytes > 0 {
-			add(l.budget("max-reserved", resMeasure, l.peakRes, opt.MaxReservedBytes, !l.hasTrace))
+			add(l.budget("max-reserved", opt.spell("max-reserved"), resMeasure, l.peakRes, opt.MaxReservedBytes, !l.hasTrace))
 		}
 		if opt.MaxAllocatedBytes > 0 {
-			add(l.budget("max-allocated", "final_allocated", l.finalAlloc, opt.MaxAllocatedBytes, true))
+			add(l.budget("max-allocated", opt.spell("max-allocated"), "final_allocated", l.finalAlloc, opt.MaxAllocatedBytes, true))
 		}
 		if opt.Baseline != nil {
 			b, err := growthBudget(ctx, opt, dev, l)
@@ -184,16 +195,17 @@ func Check(ctx context.Context, snap *snapshot.Snapshot, opt CheckOptions) (*Che
 	return r, nil
 }
 
-// budget compares one level with its limit and names the top site at that moment.
-func (l deviceLevels) budget(name, measure string, value, limit int64, final bool) CheckBudget {
+// budget compares one level with its limit and names the top site at that moment; shown is the
+// budget's name as the user gave it.
+func (l deviceLevels) budget(name, shown, measure string, value, limit int64, final bool) CheckBudget {
 	b := CheckBudget{Budget: name, Measure: measure, ValueBytes: value, LimitBytes: limit, Pass: value <= limit}
 	l.topSite(&b, final)
 	what := strings.ReplaceAll(measure, "_", " ")
 	v, lim := formatApart(value, limit)
 	if b.Pass {
-		b.Message = fmt.Sprintf("%s %s is within --%s %s", what, v, name, lim)
+		b.Message = fmt.Sprintf("%s %s is within %s %s", what, v, shown, lim)
 	} else {
-		b.Message = fmt.Sprintf("%s %s exceeds --%s %s by %s", what, v, name, lim, FormatBytes(value-limit))
+		b.Message = fmt.Sprintf("%s %s exceeds %s %s by %s", what, v, shown, lim, FormatBytes(value-limit))
 	}
 	b.Message += l.topText(b, final)
 	return b
@@ -254,7 +266,7 @@ func growthBudget(ctx context.Context, opt CheckOptions, dev int, l deviceLevels
 		verb = "exceeds"
 	}
 	if then > 0 {
-		b.Message = fmt.Sprintf("%s %s vs baseline %s (%+.1f%%) %s --max-growth %s%%", what, FormatBytes(now), FormatBytes(then), b.ValuePercent, verb, strconv.FormatFloat(opt.MaxGrowthPercent, 'f', -1, 64))
+		b.Message = fmt.Sprintf("%s %s vs baseline %s (%+.1f%%) %s %s %s%%", what, FormatBytes(now), FormatBytes(then), b.ValuePercent, verb, opt.spell("max-growth"), strconv.FormatFloat(opt.MaxGrowthPercent, 'f', -1, 64))
 	} else {
 		b.Message = fmt.Sprintf("%s %s vs baseline %s: the baseline holds nothing on device %d, so growth cannot be a percentage", what, FormatBytes(now), FormatBytes(then), dev)
 	}

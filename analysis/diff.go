@@ -516,7 +516,7 @@ func growingContainer(g growth, r *DiffResult) (DiffPattern, bool) {
 	if best.Site == "" {
 		return DiffPattern{}, false
 	}
-	ev := fmt.Sprintf("%s (%s) went from %d to %d blocks (+%d, %s, about %s per block)", best.Site, best.Function,
+	ev := fmt.Sprintf("%s went from %d to %d blocks (+%d, %s, about %s per block)", SiteText(best.Site, best.Function),
 		best.BlocksBefore, best.BlocksAfter, best.DeltaBlocks, formatDelta(best.DeltaBytes), FormatBytes(best.DeltaBytes/int64(best.DeltaBlocks)))
 	if len(cand) == 1 {
 		ev += "; no other site grew"
@@ -570,8 +570,8 @@ func movedNotGrown(d DiffSite, all []DiffSite, r *DiffResult) DiffPattern {
 			shrank -= x.DeltaBytes
 		}
 	}
-	ev := fmt.Sprintf("%s (%s) went from %d to %d blocks (%s) and sites grew by %s in all, but others shrank by %s (%s): memory moved between sites (tensors freed at one line and made again at another, as an out-of-place update replaces its state, or two different points of a step), it did not accumulate",
-		d.Site, d.Function, d.BlocksBefore, d.BlocksAfter, formatDelta(d.DeltaBytes), FormatBytes(grew), FormatBytes(shrank), r.totalClause())
+	ev := fmt.Sprintf("%s went from %d to %d blocks (%s) and sites grew by %s in all, but others shrank by %s (%s): memory moved between sites (tensors freed at one line and made again at another, as an out-of-place update replaces its state, or two different points of a step), it did not accumulate",
+		SiteText(d.Site, d.Function), d.BlocksBefore, d.BlocksAfter, formatDelta(d.DeltaBytes), FormatBytes(grew), FormatBytes(shrank), r.totalClause())
 	return DiffPattern{Name: PatternNoGrowth, Evidence: ev,
 		Fix: "none for a leak: live memory did not grow; to be sure, dump both snapshots at the same point of the loop (e.g. right after optimizer.step()) and diff again"}
 }
@@ -608,7 +608,7 @@ func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
 	delta := r.DeltaBytes
 	ev := fmt.Sprintf("no site grew in both bytes and blocks (%s)", r.totalClause())
 	site := func(what string, d DiffSite) string {
-		return fmt.Sprintf("; the largest %s: %s (%s) %s in %+d blocks", what, d.Site, d.Function, formatDelta(d.DeltaBytes), d.DeltaBlocks)
+		return fmt.Sprintf("; the largest %s: %s %s in %+d blocks", what, SiteText(d.Site, d.Function), formatDelta(d.DeltaBytes), d.DeltaBlocks)
 	}
 	p := DiffPattern{Name: PatternNoGrowth}
 	switch {

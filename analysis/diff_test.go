@@ -115,7 +115,7 @@ func TestDiffMovedNotGrown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "train.py:60 (collect) went from 0 to 2 blocks (+16.0 MiB) and sites grew by 16.0 MiB in all, but others shrank by 16.0 MiB (live memory 48.0 MiB -> 48.0 MiB, 0 B): memory moved between sites"
+	want := "train.py:60 in collect went from 0 to 2 blocks (+16.0 MiB) and sites grew by 16.0 MiB in all, but others shrank by 16.0 MiB (live memory 48.0 MiB -> 48.0 MiB, 0 B): memory moved between sites"
 	if len(r.Patterns) != 1 || r.Patterns[0].Name != PatternNoGrowth || !strings.HasPrefix(r.Patterns[0].Evidence, want) || !strings.HasPrefix(r.Patterns[0].Fix, "none for a leak: live memory did not grow") {
 		t.Errorf("patterns %+v\nwant evidence starting %q", r.Patterns, want)
 	}

@@ -484,7 +484,12 @@ func (r *FragmentationResult) Text() string {
 	fmt.Fprintf(&b, "reserved %s: allocated %s, free %s (releasable by empty_cache %s, stranded %s), internal waste %s\n",
 		FormatBytes(r.ReservedBytes), FormatBytes(r.AllocatedBytes), FormatBytes(r.InactiveBytes), FormatBytes(r.ReleasableBytes), FormatBytes(r.StrandedBytes), FormatBytes(r.InternalWasteBytes))
 	if r.Summary != "" {
-		fmt.Fprintf(&b, "verdict: %s: %s\n", r.Verdict, r.Summary)
+		// The summary may open with the verdict's own word ("cache, not fragmentation: …").
+		if strings.HasPrefix(r.Summary, r.Verdict) {
+			fmt.Fprintf(&b, "verdict: %s\n", r.Summary)
+		} else {
+			fmt.Fprintf(&b, "verdict: %s: %s\n", r.Verdict, r.Summary)
+		}
 	}
 	for _, g := range r.Groups {
 		exp := ""
@@ -496,7 +501,7 @@ func (r *FragmentationResult) Text() string {
 		// saying otherwise reads as the opposite.
 		largest := FormatBytes(g.LargestFreeBlockBytes)
 		if g.InactiveBytes > 0 {
-			largest = fmt.Sprintf("%s, %.0f%% of it", largest, 100-g.FragmentationPercent)
+			largest = fmt.Sprintf("%s, %.0f%% of the free", largest, 100-g.FragmentationPercent)
 		}
 		fmt.Fprintf(&b, "  dev %d pool %s stream %s %s%s: %s, reserved %s, free %s in %s (largest piece %s), %d fully free, %d mostly free, releasable %s\n",
 			g.Device, g.Pool, g.Stream, g.SegmentType, exp, count(g.Segments, "segment"), FormatBytes(g.ReservedBytes), FormatBytes(g.InactiveBytes), count(g.FreeBlocks, "block"),

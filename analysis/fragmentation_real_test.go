@@ -2,22 +2,18 @@ package analysis
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
 // realFile loads one real snapshot by name, skipping when the folder or the file is absent.
 func realFile(t *testing.T, name string) *snapshot.Snapshot {
 	t.Helper()
-	path := filepath.Join(realDir, name)
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("real snapshot %s not available: %v", path, err)
-	}
+	path := realtest.Path(t, name)
 	snap, err := load.File(context.Background(), path, load.Options{})
 	if err != nil {
 		t.Fatalf("load %s: %v", name, err)

@@ -486,7 +486,7 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 		case snap.Caps.RingBufferFull || snap.Caps.TraceStart == "ring_buffer":
 			r.Notes = append(r.Notes, "the trace ring buffer is full: an earlier OOM may have fallen off its front")
 		case snap.Caps.TraceIncomplete:
-			r.Notes = append(r.Notes, "the trace starts after recording began (a late start, not ring-buffer truncation): an OOM before it is not recorded")
+			r.Notes = append(r.Notes, "recording began after the first allocations (a late start, not ring-buffer truncation): an OOM before it is not recorded")
 		}
 	}
 	if len(r.OOMs) > 0 && !snap.Caps.FramesOnAllocs {
@@ -759,7 +759,7 @@ func capacityFixes(o *OOMEvent, byCat map[string]int64, fs freeState) []string {
 	if len(out) == 0 {
 		out = append(out, "reduce the batch size")
 	}
-	out = append(out, "look at the largest live sites below and free or shrink them")
+	out = append(out, "look at the largest sites live at the OOM (listed with it) and free or shrink them")
 	if !inference {
 		out = append(out, "shard the model (FSDP / ZeRO) or use a GPU with more memory")
 	} else {

@@ -130,8 +130,30 @@ func listNames(names []string) string {
 // ClassifyRanks takes them for the ranks of one job it is SummarizeRanks, ranks numbered from
 // the names, with a first note on the evidence when the names did not decide. Otherwise each
 // file is summarized on its own: one entry per file in ranks (numbered by sorted position),
-// no comparison between files, and a first note that says so.
+// no comparison between files, no totals across them, and a first note that says so. Files
+// that could not be read (Rank.Err) are listed in files with their error; the others are
+// summarized without them.
 func SummarizeDir(ctx context.Context, dir string, ranks []snapshot.Rank, opt SummaryOptions) (*Summary, error) {
+	var good []snapshot.Rank
+	var bad []FileSummary
+	for _, r := range ranks {
+		if r.Err != nil || r.Snap == nil {
+			msg := filepath.Base(r.File) + ": not read"
+			if r.Err != nil {
+				msg = r.Err.Error()
+			}
+			bad = append(bad, FileSummary{File: r.File, Rank: r.Rank, Error: msg})
+			continue
+		}
+		good = append(good, r)
+	}
+	if len(good) == 0 {
+		if len(bad) > 0 {
+			return nil, fmt.Errorf("%s: no file could be read: %s", dir, bad[0].Error)
+		}
+		return nil, fmt.Errorf("%s: holds no snapshot files", dir)
+	}
+	ranks = good
 	layout := ClassifyRanks(ranks)
 	if layout.Job && layout.ByName {
 		ranks = slices.Clone(ranks)
@@ -147,12 +169,25 @@ func SummarizeDir(ctx context.Context, dir string, ranks []snapshot.Rank, opt Su
 	switch {
 	case len(ranks) < 2 || layout.ByName:
 	case layout.Job:
-		s.Notes = append([]string{"the files are taken as the ranks of one job (ranks numbered by sorted name): " + layout.Evidence}, s.Notes...)
+		s.LayoutNote = "the files are taken as the ranks of one job (ranks numbered by sorted name): " + layout.Evidence
+		s.Notes = append([]string{s.LayoutNote}, s.Notes...)
 	default:
-		// Outlier ranks and replication compare ranks: meaningless across unrelated files.
+		// Outlier ranks, replication and totals compare or add up ranks: meaningless across
+		// unrelated files.
 		s.SeparateFiles = true
-		s.Notes = []string{fmt.Sprintf("the %d files are not taken as the ranks of one job: %s. Each file is summarized on its own: its number below is only its sorted position, the totals add up unrelated snapshots, and no file is compared with another. Name per-rank files rank0.pickle, rank1.pickle, … to compare ranks, or summarize one file at a time",
-			len(ranks), layout.Evidence)}
+		s.Totals = nil
+		s.TotalsNote = fmt.Sprintf("not summed: the %d files are not the ranks of one job", len(ranks))
+		s.LayoutNote = fmt.Sprintf("the %d files are not taken as the ranks of one job: %s. Each file is summarized on its own: its number below is only its sorted position, and no file is compared with another or added to another. Name per-rank files rank0.pickle, rank1.pickle, … to compare ranks, or summarize one file at a time",
+			len(ranks), layout.Evidence)
+		s.Notes = []string{s.LayoutNote}
+	}
+	for _, r := range ranks {
+		caps := r.Snap.Caps
+		s.Files = append(s.Files, FileSummary{File: r.File, Rank: r.Rank, Capabilities: &caps})
+	}
+	s.Files = append(s.Files, bad...)
+	if len(bad) > 0 {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d of %d files could not be read and are left out of everything above (see files[].error)", len(bad), len(bad)+len(ranks)))
 	}
 	return s, nil
 }

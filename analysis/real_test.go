@@ -2,35 +2,25 @@ package analysis
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
+
+	"github.com/memsnap/memsnap/internal/realsnaps"
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
-const realDir = "../../shared/snapshots/real"
+// realDir is the folder of real snapshots (package realsnaps: MEMSNAP_REAL_SNAPSHOTS, else
+// ../shared/snapshots/real), present or not.
+var realDir = realsnaps.Where()
 
-func realFiles(t *testing.T) []string {
-	t.Helper()
-	ents, err := os.ReadDir(realDir)
-	if err != nil {
-		t.Skipf("real snapshots not available at %s: %v", realDir, err)
-	}
-	var out []string
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".md") || e.IsDir() {
-			continue
-		}
-		out = append(out, filepath.Join(realDir, e.Name()))
-	}
-	if len(out) == 0 {
-		t.Skipf("no real snapshots in %s", realDir)
-	}
-	return out
-}
+// realFiles returns the real snapshots, or skips the test when they are absent.
+func realFiles(t *testing.T) []string { return realtest.Files(t) }
+
+func TestMain(m *testing.M) { realtest.Main(m) }
 
 // torchInternal reports whether a site file is PyTorch's own code.
 func torchInternal(file string) bool {

@@ -1627,7 +1627,7 @@ func (r *ReplayResult) Text() string {
 	if len(r.PeakSites) > 0 {
 		b.WriteString("  live at the peak:\n")
 		for _, s := range r.PeakSites {
-			fmt.Fprintf(&b, "    %9s %5.1f%% %4d %s  %s (%s) [%s]\n", FormatBytes(s.Bytes), s.Percent, s.Blocks, blocksCol(s.Blocks), s.Site, s.Function, s.Category)
+			fmt.Fprintf(&b, "    %9s %5.1f%% %4d %s  %s [%s]\n", FormatBytes(s.Bytes), s.Percent, s.Blocks, blocksCol(s.Blocks), SiteText(s.Site, s.Function), s.Category)
 			if s.Category == CategoryUserContainer && s.Percent >= 1 {
 				// Held by the caller past its pass: the reason is the finding (as top-stacks).
 				fmt.Fprintf(&b, "        why: %s\n", s.Evidence)

@@ -105,14 +105,34 @@ type RankSummary struct {
 	Totals MemoryTotals `json:"totals"`
 }
 
+// FileSummary is one file of a directory: what it can answer on its own, or why it could not
+// be read.
+type FileSummary struct {
+	File string `json:"file"`
+	// Rank is the file's rank (from its name, or its sorted position).
+	Rank int `json:"rank"`
+	// Capabilities are the file's own (nil when it could not be read).
+	Capabilities *snapshot.Capabilities `json:"capabilities,omitempty"`
+	// Error is why the file could not be read; the other files are summarized without it.
+	Error string `json:"error,omitempty"`
+}
+
 // Summary answers "what is in this snapshot": memory per device and in total, pools, trace
 // coverage, OOM count, and what the file cannot answer.
 type Summary struct {
 	Path    string          `json:"path"`
 	Format  snapshot.Format `json:"format"`
 	Devices []DeviceSummary `json:"devices"`
-	Totals  MemoryTotals    `json:"totals"`
-	Ranks   []RankSummary   `json:"ranks,omitempty"`
+	// Totals is nil across files that are not the ranks of one job (TotalsNote says so).
+	Totals *MemoryTotals `json:"totals" jsonschema:"oneof_type=object;null"`
+	Ranks  []RankSummary `json:"ranks,omitempty"`
+	// TotalsNote says why Totals is nil.
+	TotalsNote string `json:"totals_note,omitempty"`
+	// Files are a directory's files, each with its own capabilities or its error.
+	Files []FileSummary `json:"files,omitempty"`
+	// LayoutNote, for a directory, says how its files are taken (ranks of one job or not, and
+	// why); it is also the first note.
+	LayoutNote string `json:"layout_note,omitempty"`
 	// SeparateFiles: a directory of files that are not the ranks of one job; each was
 	// summarized on its own and ranks[].rank is only a sorted position.
 	SeparateFiles     bool                       `json:"separate_files,omitempty"`
@@ -130,7 +150,7 @@ type Summary struct {
 
 // Summarize computes the summary of one snapshot.
 func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions) (*Summary, error) {
-	s := &Summary{Path: snap.Path, Format: snap.Format, Devices: []DeviceSummary{}, Notes: []string{},
+	s := &Summary{Path: snap.Path, Format: snap.Format, Devices: []DeviceSummary{}, Notes: []string{}, Totals: &MemoryTotals{},
 		AllocatorSettings: snap.Settings, Capabilities: snap.Caps, Annotations: len(snap.Annotations)}
 	s.AllocatorSettings.Raw = nil // kept for read-raw-section; too long for a summary
 	devs := snap.Devices()
@@ -335,7 +355,7 @@ func cannotAnswer(c snapshot.Capabilities, f snapshot.Format) string {
 // SummarizeRanks summarises a directory of rank snapshots: devices of every rank, each rank's
 // totals, totals summed over ranks, and a note on a rank far from the others.
 func SummarizeRanks(ctx context.Context, dir string, ranks []snapshot.Rank, opt SummaryOptions) (*Summary, error) {
-	out := &Summary{Path: dir, Devices: []DeviceSummary{}, Ranks: []RankSummary{}, Notes: []string{}}
+	out := &Summary{Path: dir, Devices: []DeviceSummary{}, Ranks: []RankSummary{}, Notes: []string{}, Totals: &MemoryTotals{}}
 	var caps []snapshot.Capabilities
 	if opt.Device != nil { // ranks usually sit on different devices: keep those that have it
 		var keep []snapshot.Rank
@@ -361,16 +381,16 @@ func SummarizeRanks(ctx context.Context, dir string, ranks []snapshot.Rank, opt 
 		for range s.Devices {
 			out.rankDevices = append(out.rankDevices, r.Rank)
 		}
-		out.Ranks = append(out.Ranks, RankSummary{Rank: r.Rank, File: r.File, Totals: s.Totals})
-		out.Totals.add(s.Totals)
+		out.Ranks = append(out.Ranks, RankSummary{Rank: r.Rank, File: r.File, Totals: *s.Totals})
+		out.Totals.add(*s.Totals)
 		out.OOMs += s.OOMs
 		out.Annotations += s.Annotations
 		caps = append(caps, s.Capabilities)
 	}
 	if len(caps) > 0 {
 		out.Capabilities = caps[0]
-		for _, c := range caps[1:] { // what every rank can answer
-			out.Capabilities.HasTrace = out.Capabilities.HasTrace && c.HasTrace
+		for _, c := range caps[1:] { // some rank has a trace; what every rank can answer
+			out.Capabilities.HasTrace = out.Capabilities.HasTrace || c.HasTrace
 			out.Capabilities.FramesOnBlocks = out.Capabilities.FramesOnBlocks && c.FramesOnBlocks
 			out.Capabilities.FramesOnAllocs = out.Capabilities.FramesOnAllocs && c.FramesOnAllocs
 			out.Capabilities.FramesOnFrees = out.Capabilities.FramesOnFrees && c.FramesOnFrees
@@ -426,10 +446,21 @@ func (s *Summary) Text() string {
 		enc += ", gzip"
 	}
 	fmt.Fprintf(&b, "%s (%s)\n", filepath.Base(s.Path), enc)
-	t := s.Totals
-	fmt.Fprintf(&b, "total: reserved %s, allocated %s (requested %s, rounding waste %s), pending free %s, inactive %s; %s, %s\n",
-		FormatBytes(t.ReservedBytes), FormatBytes(t.AllocatedBytes), FormatBytes(t.RequestedBytes), FormatBytes(t.RoundingWasteBytes),
-		FormatBytes(t.PendingFreeBytes), FormatBytes(t.InactiveBytes), count(t.Segments, "segment"), count(t.Blocks, "block"))
+	if s.LayoutNote != "" {
+		b.WriteString(s.LayoutNote + "\n")
+	}
+	for _, f := range s.Files {
+		if f.Error != "" {
+			fmt.Fprintf(&b, "not read: %s\n", f.Error)
+		}
+	}
+	if t := s.Totals; t != nil {
+		fmt.Fprintf(&b, "total: reserved %s, allocated %s (requested %s, rounding waste %s), pending free %s, inactive %s; %s, %s\n",
+			FormatBytes(t.ReservedBytes), FormatBytes(t.AllocatedBytes), FormatBytes(t.RequestedBytes), FormatBytes(t.RoundingWasteBytes),
+			FormatBytes(t.PendingFreeBytes), FormatBytes(t.InactiveBytes), count(t.Segments, "segment"), count(t.Blocks, "block"))
+	} else if s.TotalsNote != "" {
+		b.WriteString("total: " + s.TotalsNote + "\n")
+	}
 	unit := "rank"
 	if s.SeparateFiles {
 		unit = "file"
@@ -468,11 +499,11 @@ func (s *Summary) Text() string {
 			for _, a := range tr.ByAction {
 				acts = append(acts, fmt.Sprintf("%s %d", a.Action, a.Count))
 			}
-			fmt.Fprintf(&b, "  trace: %d events (%s)", tr.Events, strings.Join(acts, ", "))
+			fmt.Fprintf(&b, "  trace: %s (%s)", count(tr.Events, "event"), strings.Join(acts, ", "))
 			if tr.DurationUS > 0 {
 				fmt.Fprintf(&b, " over %.3f s", float64(tr.DurationUS)/1e6)
 			}
-			if s.Capabilities.HasTrace {
+			if !tr.PeaksAreFinalState {
 				fmt.Fprintf(&b, "; peak allocated %s", FormatBytes(tr.PeakAllocatedBytes))
 				if tr.SizesAreRequested {
 					b.WriteString(" (requested bytes, as the trace records them)")
@@ -494,7 +525,9 @@ func (s *Summary) Text() string {
 		fmt.Fprintf(&b, "PYTORCH_CUDA_ALLOC_CONF=%s\n", st.AllocConf)
 	}
 	for _, n := range s.Notes {
-		b.WriteString(n + "\n")
+		if n != s.LayoutNote { // printed first
+			b.WriteString(n + "\n")
+		}
 	}
 	b.WriteString(s.CannotAnswer + "\n")
 	return b.String()

@@ -16,7 +16,7 @@ import (
 func TestReplayPeaksMatchFullReplay(t *testing.T) {
 	files, _ := filepath.Glob("../testdata/scenarios/*.pickle")
 	multi, _ := filepath.Glob("../testdata/scenarios/multirank/*.pickle")
-	real, _ := filepath.Glob("../../shared/snapshots/real/*.pickle")
+	real, _ := filepath.Glob(filepath.Join(realDir, "*.pickle"))
 	if len(real) == 0 {
 		t.Log("../../shared/snapshots/real is absent: checking the fixtures only")
 	}

@@ -984,10 +984,7 @@ func (r *TimelineResult) Text() string {
 	fmt.Fprintf(&b, "; reserved peak %s after event %d\n", FormatBytes(r.PeakReservedBytes), r.PeakReservedEvent)
 	b.WriteString("  bands at the peak (bottom to top):\n")
 	for _, band := range r.Bands {
-		name := band.Site
-		if band.Function != "" {
-			name += " " + band.Function
-		}
+		name := SiteText(band.Site, band.Function)
 		if band.Other {
 			name = fmt.Sprintf("%d other sites", band.Sites)
 		}

@@ -744,6 +744,7 @@ func (r *TopStacksResult) Text() string {
 		fmt.Fprintf(&b, " on device %d", r.Device)
 	}
 	fmt.Fprintf(&b, ": %s in %s, %s\n", FormatBytes(r.TotalBytes), count(r.TotalBlocks, "block"), count(r.Groups, "group"))
+	explained := map[string]string{} // a "why" already printed → the row it was printed for
 	for _, s := range r.Sites {
 		fmt.Fprintf(&b, "%9s %5.1f%% %5d %s  %s", FormatBytes(s.Bytes), s.Percent, s.Blocks, blocksCol(s.Blocks), s.Site)
 		if s.Function != "" && r.GroupBy != "function" && s.Kind != SiteKindNone {
@@ -784,7 +785,13 @@ func (r *TopStacksResult) Text() string {
 		if (s.RetainedGraph || s.WithGradients || s.Category == CategoryUserContainer || strings.HasPrefix(s.Evidence, "guess")) && s.Percent >= 1 {
 			// A role from how the blocks outlived their pass, or guessed from sizes and timing:
 			// the reason is the finding, or says it is a guess (of rows that hold enough to matter).
-			fmt.Fprintf(&b, "      why: %s\n", s.Evidence)
+			// Rows that share one reason (several sites of one retained call) get it once.
+			if first, ok := explained[s.Evidence]; ok {
+				fmt.Fprintf(&b, "      why: as for %s above\n", first)
+			} else {
+				explained[s.Evidence] = s.Site
+				fmt.Fprintf(&b, "      why: %s\n", s.Evidence)
+			}
 		}
 		for _, f := range s.Stack {
 			fmt.Fprintf(&b, "      %s\n", f)

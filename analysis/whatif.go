@@ -13,6 +13,10 @@ import (
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
+// WhatIfRanking is the order --recommend ranks settings in, for the CLI's help and the MCP
+// tool's description.
+const WhatIfRanking = "fewest OOMs, then fewest cache flushes, then lowest peak reserved, then fewest cudaMalloc calls"
+
 // WhatIfSetting is one allocator option to change: a PYTORCH_CUDA_ALLOC_CONF key and value.
 type WhatIfSetting struct {
 	Key   string `json:"key"`
@@ -38,7 +42,7 @@ type WhatIfOptions struct {
 	// DeviceMemory is the bytes PyTorch may reserve on the device when no OOM event measures
 	// it (0 = unknown).
 	DeviceMemory int64 `json:"device_memory"`
-	// Recommend tries a small grid of settings and ranks them.
+	// Recommend tries a small grid of settings and ranks them (WhatIfRanking).
 	Recommend bool `json:"recommend"`
 }
 
@@ -331,6 +335,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		for i := range order {
 			order[i] = i
 		}
+		// Ranked as WhatIfRanking says.
 		slices.SortStableFunc(order, func(x, y int) int {
 			a, b := cands[x], cands[y]
 			switch {

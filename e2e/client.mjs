@@ -61,8 +61,14 @@ async function main() {
   // 1. tools/list: names, schemas, annotations.
   const { tools } = await client.listTools();
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
-  const want = ["check", "diff", "fragmentation", "oom-report", "read-raw-section", "replay", "summarize", "timeline", "top-stacks"];
-  check(want.every((n) => byName[n]), "tool names: " + Object.keys(byName).sort());
+  // The tools the binary's own catalog names (serve --help's "Tools:" line), no more, no fewer.
+  const toolsLine = execFileSync(bin, ["serve", "--help"], { encoding: "utf8" }).match(/^Tools: (.*)\.$/m);
+  const want = toolsLine ? toolsLine[1].split(", ").sort() : [];
+  check(want.length >= 10 && want.join(",") === Object.keys(byName).sort().join(","),
+    "tool names: " + Object.keys(byName).sort() + "; serve --help: " + want);
+  for (const n of want) {
+    check((client.getInstructions() || "").includes("`" + n + "`"), `server instructions name ${n}`);
+  }
   for (const t of tools) {
     check(t.inputSchema?.type === "object" && t.outputSchema?.type === "object", `${t.name}: object schemas`);
     check(t.annotations?.readOnlyHint === true && t.annotations?.destructiveHint === false, `${t.name}: read-only annotations`);

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/memsnap/memsnap/internal/realsnaps"
 	"io"
 	"os"
 	"path/filepath"
@@ -50,8 +51,11 @@ func (c *Case) ResolveArgs(root string) map[string]any {
 		out[k] = v
 	}
 	for _, k := range pathArgs {
-		if s, ok := out[k].(string); ok && !filepath.IsAbs(s) {
-			out[k] = filepath.Join(root, s)
+		if s, ok := out[k].(string); ok {
+			if s = realsnaps.Rewrite(s); !filepath.IsAbs(s) {
+				s = filepath.Join(root, s)
+			}
+			out[k] = s
 		}
 	}
 	return out
@@ -61,7 +65,7 @@ func (c *Case) ResolveArgs(root string) map[string]any {
 func RunCase(ctx context.Context, s *Suite, c *Case, caller Caller) Result {
 	r := Result{Case: c.Name, Tool: c.Tool}
 	for _, f := range c.Fixtures {
-		p := f
+		p := realsnaps.Rewrite(f)
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(s.Root, f)
 		}
@@ -145,8 +149,25 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("eval table: %w", err)
 	}
-	_, err := fmt.Fprintf(w, "%d passed, %d failed, %d skipped, %d case%s\n", r.Passed, r.Failed, r.Skp, len(r.Results), map[bool]string{true: "", false: "s"}[len(r.Results) == 1])
-	return err
+	if _, err := fmt.Fprintf(w, "%d passed, %d failed, %d skipped, %d case%s\n", r.Passed, r.Failed, r.Skp, len(r.Results), map[bool]string{true: "", false: "s"}[len(r.Results) == 1]); err != nil {
+		return err
+	}
+	if absent := r.absentReal(); absent > 0 {
+		_, err := fmt.Fprintf(w, "%d of the skipped cases need the real snapshots: %s\n", absent, realsnaps.Absent())
+		return err
+	}
+	return nil
+}
+
+// absentReal counts the cases skipped because a real snapshot is absent.
+func (r *Report) absentReal() int {
+	n := 0
+	for _, res := range r.Results {
+		if res.Status == Skip && len(res.Reasons) > 0 && strings.Contains(res.Reasons[0], realsnaps.SuitePrefix) {
+			n++
+		}
+	}
+	return n
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

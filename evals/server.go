@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/memsnap/memsnap/internal/realsnaps"
 	"github.com/memsnap/memsnap/tools"
 )
 
@@ -12,6 +13,11 @@ import (
 // that exists (../shared is absent on machines without the real snapshots).
 func (s *Suite) Roots() []string {
 	roots := []string{s.Root}
+	if os.Getenv(realsnaps.EnvVar) != "" {
+		if d := realsnaps.Dir(); d != "" {
+			roots = append(roots, d) // the real snapshots, moved (RunCase rewrites their paths)
+		}
+	}
 	for _, r := range s.ExtraRoots {
 		if st, err := os.Stat(r); err == nil && st.IsDir() {
 			roots = append(roots, r)

@@ -4,10 +4,15 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/memsnap/memsnap/internal/realsnaps"
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
+func TestMain(m *testing.M) { realtest.Main(m) }
+
 // TestSuite runs the committed suite (evals/eval.yaml) through the real MCP server: one subtest
-// per case; cases over the real snapshots skip when ../shared is absent.
+// per case; cases over the real snapshots skip when they are absent (package realsnaps).
 func TestSuite(t *testing.T) {
 	s, err := Load("eval.yaml")
 	if err != nil {
@@ -25,7 +30,7 @@ func TestSuite(t *testing.T) {
 			r := RunCase(ctx, s, tc, c)
 			switch r.Status {
 			case Skip:
-				t.Skipf("%s (the real snapshots live in ../shared/snapshots/real)", strings.Join(r.Reasons, "; "))
+				realtest.Skip(t, strings.Join(r.Reasons, "; ")+": "+realsnaps.Absent())
 			case Fail:
 				for _, why := range r.Reasons {
 					t.Error(why)

@@ -4,12 +4,17 @@ package prompts
 
 import (
 	_ "embed"
+	"strings"
+
+	"github.com/memsnap/memsnap/catalog"
 )
 
-// Instructions are the MCP server instructions: where an agent starts.
-//
+// Instructions are the MCP server instructions: where an agent starts, with one line per
+// tool from the catalog.
+var Instructions = strings.Replace(instructionsTemplate, "{{tools}}\n", catalog.Hints(), 1)
+
 //go:embed instructions.md
-var Instructions string
+var instructionsTemplate string
 
 // Guide is the usage guide served as a resource.
 //

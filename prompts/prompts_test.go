@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/memsnap/memsnap/catalog"
 )
 
 // TestPrompts: every placeholder is an argument and every argument is used; the instructions
-// and the guide name every tool.
+// and the guide name every tool of the catalog.
 func TestPrompts(t *testing.T) {
 	ph := regexp.MustCompile(`\{\{(\w+)\}\}`)
 	for _, p := range All {
@@ -25,12 +27,22 @@ func TestPrompts(t *testing.T) {
 			}
 		}
 	}
-	for _, tool := range []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section"} {
+	for _, tool := range catalog.Tools() {
 		if !strings.Contains(Instructions, "`"+tool+"`") || !strings.Contains(Guide, "`"+tool+"`") {
 			t.Errorf("instructions or guide lack %s", tool)
 		}
 	}
 	if len(Instructions) > 2000 {
 		t.Errorf("instructions are %d bytes", len(Instructions))
+	}
+}
+
+// TestDiagnoseOOMExitsEarly: the OOM workflow stops after summarize when the file records no
+// OOM, and sends the agent to the explain-memory workflow instead of five more tools.
+func TestDiagnoseOOMExitsEarly(t *testing.T) {
+	text := All[0].Text
+	first := strings.SplitN(text, "\n2. ", 2)[0]
+	if All[0].Name != "diagnose-oom" || !strings.Contains(first, "If ooms is 0, stop here") || !strings.Contains(first, "explain-memory") {
+		t.Errorf("diagnose-oom's first step does not exit early:\n%s", first)
 	}
 }

@@ -62,7 +62,7 @@ func TestTimelinePNGAndSVG(t *testing.T) {
 		t.Fatal(err)
 	}
 	svg := buf.String()
-	for _, w := range []string{"<svg", "train.py:97 train_step", "user_container", "peak 303 MiB", "trace event", "memory (MiB)"} {
+	for _, w := range []string{"<svg", "train.py:97 in train_step", "user_container", "peak 303 MiB", "trace event", "memory (MiB)"} {
 		if !strings.Contains(svg, w) {
 			t.Errorf("SVG lacks %q", w)
 		}

@@ -302,11 +302,8 @@ func outline(c *draw.Canvas, sty draw.LineStyle, x0, y0, x1, y1 vg.Length) {
 	c.StrokeLines(sty, []vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}, {X: x0, Y: y0}})
 }
 
-// siteName is a site as a legend shows it: "model.py:41 forward".
+// siteName is a site as a legend shows it, as the text answers write it:
+// "model.py:41 in forward".
 func siteName(id analysis.SiteIdentity) string {
-	s := id.Site
-	if id.Function != "" && !strings.Contains(s, id.Function) {
-		s += " " + id.Function
-	}
-	return s
+	return analysis.SiteText(id.Site, id.Function)
 }

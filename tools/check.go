@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"strings"
 
 	"github.com/mark3labs/mcp-go/server"
 
@@ -19,11 +20,20 @@ type CheckInput struct {
 	Device           *int     `json:"device,omitempty" jsonschema:"description=Only this CUDA device (default: every device),minimum=0"`
 }
 
+// checkArgument spells a budget as this tool's argument (max_peak), not the CLI's flag
+// (--max-peak), in the answer's sentences.
+func checkArgument(budget string) string {
+	if budget == "max-growth" {
+		return "max_growth_percent"
+	}
+	return strings.ReplaceAll(budget, "-", "_")
+}
+
 func checkTool(e *env) (server.ServerTool, error) {
 	return declare(e, "check", "Check memory against budgets",
 		"A memory gate: compares a snapshot with budgets (max_peak, max_reserved, max_allocated; or baseline + max_growth_percent) on each device and answers pass, with one entry per budget naming the number, the budget and the top site at that moment (the peak event or the final state). Use it to decide whether a change regressed memory; the CLI's memsnap check gives the same answer with exit status 0/1/2 for CI. At least one budget is required.",
 		func(ctx context.Context, in CheckInput) (*analysis.CheckResult, error) {
-			opt := analysis.CheckOptions{MaxGrowthPercent: -1, Device: analysis.AllDevices}
+			opt := analysis.CheckOptions{MaxGrowthPercent: -1, Device: analysis.AllDevices, Spell: checkArgument}
 			for _, b := range []struct {
 				field, value string
 				dst          *int64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -74,5 +75,24 @@ func TestSummarizeRankDirCached(t *testing.T) {
 		if got := dl.count(dir); got != tc.loads {
 			t.Errorf("%s: %d directory loads, want %d", tc.name, got, tc.loads)
 		}
+	}
+}
+
+// TestDirLinksStayInRoots: a rank folder under the roots whose entries are symbolic links is
+// not followed (a link could lead out of the roots); the answer says so. The command line
+// follows the user's own links (cmd/memsnap TestFolderOfSymlinks).
+func TestDirLinksStayInRoots(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "ranks")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(fx(t, "multirank/rank0.pickle"), filepath.Join(dir, "rank0.pickle")); err != nil {
+		t.Skip("no symbolic links here:", err)
+	}
+	c := newClient(t, Config{Roots: []string{root}})
+	res := call(t, c, "summarize", map[string]any{"path": dir})
+	if text := textOf(res); !res.IsError || !strings.Contains(text, "directory holds no snapshot files (its symbolic link is not followed here") {
+		t.Errorf("isError %v: %s", res.IsError, text)
 	}
 }

@@ -331,6 +331,7 @@ func TestClientRootsOptIn(t *testing.T) {
 	}
 }
 
+// TestVersionOf: the version constant, then the revision, or a sentence saying there is none.
 func TestVersionOf(t *testing.T) {
 	set := func(kv ...string) []debug.BuildSetting {
 		var s []debug.BuildSetting
@@ -344,12 +345,14 @@ func TestVersionOf(t *testing.T) {
 		settings []debug.BuildSetting
 		want     string
 	}{
-		{"", nil, "(devel)"},
-		{"(devel)", set("vcs.revision", "54ef69f1a2b3c4d5e6f7", "vcs.modified", "true"), "(devel) rev 54ef69f1a2b3, modified"},
-		{"(devel)", set("vcs.revision", "54ef69f1a2b3c4d5e6f7", "vcs.modified", "false"), "(devel) rev 54ef69f1a2b3"},
-		{"v1.2.0", nil, "v1.2.0"},
-		{"v0.0.0-20261201030441-54ef69f1a2b3+dirty", set("vcs.revision", "54ef69f1a2b3c4d5e6f7", "vcs.modified", "true"), "v0.0.0-20261201030441-54ef69f1a2b3+dirty"},
-		{"v1.2.0", set("vcs.revision", "abcdef123456789", "vcs.modified", "false"), "v1.2.0 rev abcdef123456"},
+		{"", nil, "0.1.0 (built without VCS information)"},
+		{"(devel)", nil, "0.1.0 (built without VCS information)"},
+		{"(devel)", set("vcs.revision", "54ef69f1a2b3c4d5e6f7", "vcs.modified", "true"), "0.1.0 (rev 54ef69f1a2b3, modified)"},
+		{"(devel)", set("vcs.revision", "54ef69f1a2b3c4d5e6f7", "vcs.modified", "false"), "0.1.0 (rev 54ef69f1a2b3)"},
+		{"v1.2.0", nil, "0.1.0 (module v1.2.0)"},
+		{"v0.0.0-20261201030441-54ef69f1a2b3+dirty", set("vcs.revision", "54ef69f1a2b3c4d5e6f7", "vcs.modified", "true"), "0.1.0 (module v0.0.0-20261201030441-54ef69f1a2b3+dirty)"},
+		{"v0.0.0-20261201030441-54ef69f1a2b3", set("vcs.revision", "54ef69f1a2b3c4d5e6f7", "vcs.modified", "true"), "0.1.0 (module v0.0.0-20261201030441-54ef69f1a2b3, modified)"},
+		{"v1.2.0", set("vcs.revision", "abcdef123456789", "vcs.modified", "false"), "0.1.0 (module v1.2.0, rev abcdef123456)"},
 	} {
 		info := &debug.BuildInfo{Main: debug.Module{Version: tc.version}, Settings: tc.settings}
 		if got := versionOf(info); got != tc.want {

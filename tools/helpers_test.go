@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
 // repoRoot is the module root (two levels above this file's package dir).
@@ -107,13 +108,10 @@ func structured(t testing.TB, res *mcp.CallToolResult, v any) {
 	}
 }
 
-func realDir(t testing.TB) string {
-	d := filepath.Join(repoRoot(t), "..", "shared", "snapshots", "real")
-	if _, err := os.Stat(d); err != nil {
-		t.Skipf("real snapshots absent (%s): skipping", d)
-	}
-	return d
-}
+// realDir returns the folder of real snapshots (package realsnaps), or skips the test.
+func realDir(t testing.TB) string { return realtest.Require(t) }
+
+func TestMain(m *testing.M) { realtest.Main(m) }
 
 type rootsHandler struct{ uris []string }
 

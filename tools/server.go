@@ -1,5 +1,5 @@
-// Package tools is memsnap's MCP server: one tool per file (summarize, diff, top-stacks,
-// oom-report, fragmentation, replay, read-raw-section), each a thin wrapper over package analysis with
+// Package tools is memsnap's MCP server: one tool per file (the tools package catalog
+// lists), each a thin wrapper over package analysis with
 // input and output schemas reflected from Go types, plus a shared snapshot cache, allowed
 // roots, prompts and resources. It holds no analysis logic.
 package tools
@@ -22,6 +22,7 @@ import (
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
+	"github.com/memsnap/memsnap/catalog"
 	"github.com/memsnap/memsnap/prompts"
 )
 
@@ -147,8 +148,9 @@ func (e *env) tools() ([]server.ServerTool, error) {
 	return out, nil
 }
 
-// ToolNames lists the tools in declaration order.
-var ToolNames = []string{"summarize", "top-stacks", "diff", "oom-report", "fragmentation", "replay", "read-raw-section", "check", "timeline", "what-if", "capacity"}
+// ToolNames lists the tools, as the catalog gives them (TestToolsMatchCatalog holds the
+// declarations above to it).
+var ToolNames = catalog.Tools()
 
 // texter is an analysis result that renders itself as text.
 type texter interface{ Text() string }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/raw"
+
+	"github.com/memsnap/memsnap/internal/realsnaps"
 )
 
 func fx(t testing.TB, name string) string { return filepath.Join(scenarios(t), name) }
@@ -223,7 +225,7 @@ func TestTextSized(t *testing.T) {
 		}
 		return nil
 	})
-	if d := filepath.Join(repoRoot(t), "..", "shared", "snapshots", "real"); dirExists(d) {
+	if d := realsnaps.Dir(); d != "" {
 		roots = append(roots, d)
 		real, _ := filepath.Glob(filepath.Join(d, "*.*"))
 		for _, f := range real {
@@ -262,11 +264,6 @@ func TestTextSized(t *testing.T) {
 			}
 		}
 	}
-}
-
-func dirExists(d string) bool {
-	st, err := os.Stat(d)
-	return err == nil && st.IsDir()
 }
 
 func TestCapText(t *testing.T) {

@@ -27,7 +27,7 @@ type WhatIfInput struct {
 	Device   *int                 `json:"device,omitempty" jsonschema:"description=Only this CUDA device (default: every device with allocation events),minimum=0"`
 	// DeviceMemory is the capacity when no OOM event measures it.
 	DeviceMemory int64 `json:"device_memory,omitempty" jsonschema:"description=Bytes PyTorch may reserve on the device: its memory less the CUDA context and other processes (85899345920 = 80 GiB). Used when the trace has no OOM event (an OOM event measures it: reserved + device_free),minimum=1"`
-	Recommend    bool  `json:"recommend,omitempty" jsonschema:"description=Try a small grid of settings (expandable segments\\, max_split_size_mb 128/256/512\\, roundup_power2_divisions 4\\, garbage_collection_threshold 0.8/0.6) on top of settings and rank them by OOMs\\, then peak reserved\\, then cudaMalloc calls"`
+	Recommend    bool  `json:"recommend,omitempty" jsonschema:"description=Try a small grid of settings (expandable segments\\, max_split_size_mb 128/256/512\\, roundup_power2_divisions 4\\, garbage_collection_threshold 0.8/0.6) on top of settings and rank them: fewest OOMs\\, then fewest cache flushes\\, then lowest peak reserved\\, then fewest cudaMalloc calls"`
 }
 
 // settings turns the input into KEY=VALUE changes, in allocator.Keys order.

@@ -88,3 +88,12 @@ func TestWhatIfTool(t *testing.T) {
 		t.Errorf("no trace: %s", textOf(res))
 	}
 }
+
+// TestWhatIfRankingDescribed: the recommend argument describes the ranking the analysis uses,
+// in the words the CLI's help takes from the same constant.
+func TestWhatIfRankingDescribed(t *testing.T) {
+	f, _ := reflect.TypeFor[WhatIfInput]().FieldByName("Recommend")
+	if desc := strings.ReplaceAll(f.Tag.Get("jsonschema"), `\,`, ","); !strings.Contains(desc, analysis.WhatIfRanking) {
+		t.Errorf("recommend's description %q does not say %q", desc, analysis.WhatIfRanking)
+	}
+}

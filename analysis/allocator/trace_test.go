@@ -13,9 +13,15 @@ import (
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/sim"
 	"github.com/memsnap/memsnap/analysis/snapshot"
+
+	"github.com/memsnap/memsnap/internal/realsnaps"
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
-const realDir = "../../../shared/snapshots/real"
+// realDir is the folder of real snapshots (package realsnaps), present or not.
+var realDir = realsnaps.Where()
+
+func TestMain(m *testing.M) { realtest.Main(m) }
 
 // reproduced is how many of the recorded segment events the run reproduced in order.
 func reproduced(rec, got []allocator.Recorded) int {
@@ -55,9 +61,7 @@ func baseline(t *testing.T, snap *snapshot.Snapshot, dev int) (*allocator.Trace,
 // Only pt2.5-2.7_small-full-trace_cs336 covers the allocator from its start; the others start
 // late and are replayed from the state rebuilt at their first event.
 func TestRealTraceFidelity(t *testing.T) {
-	if _, err := os.Stat(realDir); err != nil {
-		t.Skipf("real snapshots not available at %s: %v", realDir, err)
-	}
+	realtest.Require(t)
 	tests := []struct {
 		file                  string
 		start                 string

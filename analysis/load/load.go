@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -34,6 +35,10 @@ type Options struct {
 	// MaxDecompressed bounds how many bytes a gzip file may decompress to: 0 means
 	// DefaultMaxDecompressed, a negative value no limit.
 	MaxDecompressed int64
+	// FollowLinks makes Dir read the files that a directory's symbolic links point to. The
+	// command line reads the user's own links; the MCP server leaves it off, so that a link
+	// cannot lead it out of its roots.
+	FollowLinks bool
 }
 
 // DefaultMaxDecompressed is the decompressed size past which gzip input is refused. A
@@ -507,28 +512,49 @@ type Rank = snapshot.Rank
 
 // Dir loads every regular file of a directory as one rank's snapshot, in parallel. The rank
 // comes from the file name (rank5.pickle, snapshot_rank_5.pkl, job-r5-oom.pickle) or else its
-// sorted position.
-// Hidden files and README-like text files are skipped.
+// sorted position. Hidden files and README-like text files are skipped; symbolic links are
+// followed to regular files with opt.FollowLinks, else skipped.
+//
+// A file that cannot be read (a rank truncated when its process was killed) does not hide the
+// others: its Rank has Err set and no Snap. Dir returns an error only when no file could be
+// read, or the context ended.
 func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, &Error{File: dir, Offset: -1, Msg: openMsg(err), Err: err}
 	}
 	var files []string
+	links := 0
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") {
+		if strings.HasPrefix(name, ".") {
 			continue
 		}
 		switch strings.ToLower(filepath.Ext(name)) {
 		case ".md", ".txt", ".html", ".py", ".log":
 			continue
 		}
+		if e.Type()&fs.ModeSymlink != 0 {
+			links++
+			if st, err := os.Stat(filepath.Join(dir, name)); !opt.FollowLinks || err != nil || !st.Mode().IsRegular() {
+				continue
+			}
+		} else if !e.Type().IsRegular() {
+			continue
+		}
 		files = append(files, name)
 	}
 	sort.Strings(files)
 	if len(files) == 0 {
-		return nil, &Error{File: dir, Offset: -1, Msg: "directory holds no snapshot files"}
+		msg := "directory holds no snapshot files"
+		if links > 0 && !opt.FollowLinks {
+			what := fmt.Sprintf("%d symbolic links are", links)
+			if links == 1 {
+				what = "its symbolic link is"
+			}
+			msg += " (" + what + " not followed here: the MCP server reads only regular files under its roots)"
+		}
+		return nil, &Error{File: dir, Offset: -1, Msg: msg}
 	}
 	ranks := make([]Rank, len(files))
 	allNamed := true
@@ -553,7 +579,6 @@ func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 		}
 		byRank[r.Rank] = r.File
 	}
-	errs := make([]error, len(files))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	for i := range ranks {
@@ -562,16 +587,27 @@ func Dir(ctx context.Context, dir string, opt Options) ([]Rank, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ranks[i].Snap, errs[i] = File(ctx, ranks[i].File, opt)
+			ranks[i].Snap, ranks[i].Err = File(ctx, ranks[i].File, opt)
+			if ranks[i].Err != nil {
+				ranks[i].Snap = nil
+			}
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, e := range errs {
-			if e != nil {
-				return nil, e
-			}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var firstErr error
+	read := 0
+	for _, r := range ranks {
+		if r.Err == nil {
+			read++
+		} else if firstErr == nil {
+			firstErr = r.Err
 		}
+	}
+	if read == 0 {
+		return nil, firstErr
 	}
 	sort.SliceStable(ranks, func(i, j int) bool { return ranks[i].Rank < ranks[j].Rank })
 	return ranks, nil

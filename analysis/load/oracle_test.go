@@ -18,25 +18,18 @@ import (
 	"github.com/nlpodyssey/gopickle/types"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
+
+	"github.com/memsnap/memsnap/internal/realsnaps"
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
-// realDir is the shared folder of real snapshots; tests read them in place.
-const realDir = "../../../shared/snapshots/real"
+// realDir is the folder of real snapshots (package realsnaps), present or not; tests read them
+// in place.
+var realDir = realsnaps.Where()
 
-func realFiles(t *testing.T) []string {
-	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(realDir, "*"))
-	var out []string
-	for _, f := range files {
-		if !strings.HasSuffix(f, ".md") {
-			out = append(out, f)
-		}
-	}
-	if len(out) == 0 {
-		t.Skipf("no real snapshots in %s (the shared folder is absent): skipping", realDir)
-	}
-	return out
-}
+func realFiles(t *testing.T) []string { return realtest.Files(t) }
+
+func TestMain(m *testing.M) { realtest.Main(m) }
 
 // typeTag is restore_type_tag for the oracle: the identity on its first argument.
 type typeTag struct{}

@@ -10,6 +10,9 @@ type Rank struct {
 	Rank int
 	File string
 	Snap *Snapshot
+	// Err is why the file could not be read (Snap is nil then): one bad rank, such as a file
+	// truncated when its process was killed, leaves the others readable.
+	Err error
 }
 
 // rankInName matches a rank in a file name: rank5, rank_5, rank-5 anywhere, or r5 between

@@ -61,7 +61,7 @@ moment) and 2 when the input is bad. Budgets apply to each device:
 Sizes accept bytes or units: 20GiB, 512MiB, 1.5GB.`,
 		Example: `  memsnap check snapshot.pickle --max-peak 20GiB
   memsnap check new.pickle --baseline main.pickle --max-growth 5 --json`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			opt := analysis.CheckOptions{MaxPeakBytes: peak.bytes, MaxReservedBytes: reserved.bytes,
 				MaxAllocatedBytes: allocated.bytes, MaxGrowthPercent: -1, Device: analysis.AllDevices, Attribution: af.options()}

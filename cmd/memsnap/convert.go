@@ -80,7 +80,7 @@ input is never overwritten.`,
 		Example: `  memsnap convert old_snapshot.pickle -o for_memory_viz.pickle
   memsnap convert snapshot.json.gz -o snapshot.pickle
   memsnap convert snapshot.pickle -o snapshot.json`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("give the output file with -o OUT.pickle or -o OUT.json (see %s --help)", c.CommandPath())

@@ -37,7 +37,7 @@ or no growth. Files of two different processes get not_comparable instead: their
 growth.`,
 		Example: `  memsnap diff step5.pickle step50.pickle
   memsnap diff before.pickle after.pickle --json`,
-		Args: cobra.ExactArgs(2),
+		Args: needArgs(2, "two snapshots of one run, BEFORE and AFTER"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if args[0] == "-" && args[1] == "-" {
 				return fmt.Errorf("diff: only one of BEFORE and AFTER can be standard input")

@@ -13,6 +13,8 @@ import (
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/snapshot"
+
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
 // TestDiffCommand: the CLI carries the run verdict, the swap, peaks and roles, in text and JSON.
@@ -77,7 +79,7 @@ func TestDiffCommand(t *testing.T) {
 
 // TestDiffCommandRealPair: two CS336 files from different students' runs, months apart.
 func TestDiffCommandRealPair(t *testing.T) {
-	dir := "../../../shared/snapshots/real"
+	dir := realtest.Require(t)
 	a, b := filepath.Join(dir, "pt2.5-2.7_small-full-trace_cs336.pickle"), filepath.Join(dir, "pt2.10_user-metadata_windows_cs336.pickle")
 	for _, p := range []string{a, b} {
 		if _, err := os.Stat(p); err != nil {

@@ -32,7 +32,7 @@ was built from (go install ./cmd/memsnap).`,
 		Example: `  memsnap eval
   memsnap eval --run diff-
   memsnap eval --suite ~/src/memsnap/evals/eval.yaml`,
-		Args: cobra.MaximumNArgs(1),
+		Args: atMostOneArg("one suite FILE"),
 		RunE: func(c *cobra.Command, args []string) error {
 			file := suite
 			if len(args) == 1 {

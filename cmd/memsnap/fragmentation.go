@@ -31,7 +31,7 @@ applies). Pass --device-memory when you know the GPU's size: reserved near it me
 is at its limit.`,
 		Example: `  memsnap fragmentation snapshot.pickle
   memsnap fragmentation snapshot.pickle --json`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if devSize != "" {
 				n, err := parseSize(devSize)

@@ -1,6 +1,6 @@
 // Command memsnap diagnoses PyTorch CUDA memory from the snapshot files that
-// torch.cuda.memory._dump_snapshot() writes: a CLI (summarize, top-stacks, diff, oom,
-// fragmentation) and an MCP server, both on the analysis core.
+// torch.cuda.memory._dump_snapshot() writes: a CLI (one file per command; package catalog
+// lists them with their MCP tools) and an MCP server, both on the analysis core.
 package main
 
 import (
@@ -40,7 +40,9 @@ func execute(ctx context.Context, root *cobra.Command, stderr io.Writer) (code i
 		}
 	}()
 	root.SetContext(ctx)
-	if err := root.ExecuteContext(ctx); err != nil {
+	err := root.ExecuteContext(ctx)
+	activeProgress.end()
+	if err != nil {
 		fmt.Fprintln(stderr, "memsnap: "+oneLine(err))
 		return exitCode(err)
 	}

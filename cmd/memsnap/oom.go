@@ -54,7 +54,7 @@ request, and the verdict — capacity, fragmentation or outside_pytorch — with
 The file does not record the device's size; pass --device-memory when you know it.`,
 		Example: `  memsnap oom oom_snapshot.pickle
   memsnap oom oom_snapshot.pickle --device-memory 80GiB --json`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if devSize != "" {
 				n, err := parseSize(devSize)

@@ -29,6 +29,7 @@ func newPlotCmd() *cobra.Command {
 		window string
 		device int
 		asJSON bool
+		force  bool
 	)
 	c := &cobra.Command{
 		Use:   "plot PATH -o FILE.svg|FILE.png",
@@ -56,7 +57,7 @@ never over the snapshot itself. The numbers drawn are printed (--json: one objec
   memsnap plot snapshot.pickle -o peak.svg --window 120000:180000 --top 12
   memsnap plot snapshot.pickle -o segments.png --kind segments
   memsnap plot snapshot.pickle -o before-oom.png --kind segments --at 51234`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("give the picture's file with -o FILE.svg or -o FILE.png (see %s --help)", c.CommandPath())
@@ -67,6 +68,9 @@ never over the snapshot itself. The numbers drawn are printed (--json: one objec
 			}
 			ro.Format = format
 			if err := notTheInput(args[0], out); err != nil {
+				return err
+			}
+			if err := refuseExisting(out, force); err != nil {
 				return err
 			}
 			switch opt.Kind {
@@ -108,7 +112,7 @@ never over the snapshot itself. The numbers drawn are printed (--json: one objec
 			if err := render.Picture(&buf, pic, ro); err != nil {
 				return err
 			}
-			if err := writeFileAtomic(out, buf.Bytes(), true); err != nil {
+			if err := writeFileAtomic(out, buf.Bytes(), force); err != nil {
 				return err
 			}
 			if asJSON {
@@ -123,6 +127,7 @@ never over the snapshot itself. The numbers drawn are printed (--json: one objec
 	lo.addFlags(c)
 	af.addFlags(c)
 	c.Flags().StringVarP(&out, "output", "o", "", "the picture to write: FILE.svg or FILE.png")
+	c.Flags().BoolVar(&force, "force", false, "replace the output file if it exists")
 	c.Flags().StringVar(&opt.Kind, "kind", analysis.PictureTimeline, "timeline (memory over the trace) or segments (the segments at one moment)")
 	c.Flags().IntVar(&device, "device", 0, "the CUDA device to draw (default: the one with the most trace events)")
 	c.Flags().StringVar(&window, "window", "", "timeline: draw trace events A to B-1 only (A:B; A: or :B leave one end open)")

@@ -14,6 +14,8 @@ import (
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
+
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
 const scenarioDir = "../../testdata/scenarios/"
@@ -25,7 +27,7 @@ func TestPlotCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"wrote " + out, "allocated peak 896 MiB after event 72", "OOM at event 76: 64.0 MiB requested", "model.py:41 forward [activation]"} {
+	for _, w := range []string{"wrote " + out, "allocated peak 896 MiB after event 72", "OOM at event 76: 64.0 MiB requested", "model.py:41 in forward [activation]"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("output lacks %q:\n%s", w, text)
 		}
@@ -59,7 +61,7 @@ func TestPlotCommand(t *testing.T) {
 		t.Errorf("SVG: %v", err)
 	}
 	// A window and --top.
-	js, err = run(t, "plot", scenarioDir+"growing_container_step50.pickle", "-o", out, "--window", "1000:2000", "--top", "3", "--json")
+	js, err = run(t, "plot", scenarioDir+"growing_container_step50.pickle", "-o", out, "--force", "--window", "1000:2000", "--top", "3", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +71,14 @@ func TestPlotCommand(t *testing.T) {
 	}
 	if tl := got.Timeline; tl == nil || tl.Start != 1000 || tl.End != 2000 || len(tl.Bands) != 4 || !tl.Bands[3].Other {
 		t.Errorf("window JSON: %s", js)
+	}
+	// Without --force an existing picture is kept, as convert and trim keep theirs.
+	before, _ := os.ReadFile(out)
+	if _, err := run(t, "plot", scenarioDir+"activation_oom.pickle", "-o", out); err == nil || oneLine(err) != out+" exists; pass --force to replace it" || exitCode(err) != 2 {
+		t.Errorf("plot over an existing file: %v", err)
+	}
+	if after, _ := os.ReadFile(out); !bytes.Equal(before, after) || len(after) == 0 {
+		t.Error("plot without --force changed the existing file")
 	}
 }
 
@@ -109,7 +119,7 @@ func TestPlotErrors(t *testing.T) {
 // TestPlotNoTrace: a timeline of a state-only file is a one-line error with exit status 2 that
 // suggests the segments.
 func TestPlotNoTrace(t *testing.T) {
-	real := filepath.Join("..", "..", "..", "shared", "snapshots", "real", "pt2.2_state-only_windows_ddpm-unet.pickle")
+	real := realtest.Path(t, "pt2.2_state-only_windows_ddpm-unet.pickle")
 	if _, err := os.Stat(real); err != nil {
 		t.Skipf("real snapshots absent: %v", err)
 	}

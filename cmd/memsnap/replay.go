@@ -32,7 +32,7 @@ cycles). It says what the file cannot tell: no trace, a trace that starts late o
 ring buffer, frees without stacks.`,
 		Example: `  memsnap replay snapshot.pickle
   memsnap replay snapshot.pickle --device 1 --json`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			snap, err := loadSnapshot(c.Context(), args[0], lo)
 			if err != nil {

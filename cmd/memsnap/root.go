@@ -40,6 +40,7 @@ and answers in allocator terms and in your own code.`,
 			if c.Name() != "serve" {
 				debug.SetGCPercent(200)
 			}
+			startProgress(c)
 			return nil
 		},
 	}
@@ -82,7 +83,8 @@ func (o *loadOptions) addFlags(c *cobra.Command) {
 }
 
 func (o *loadOptions) options() load.Options {
-	return load.Options{MaxTraceEvents: o.maxTraceEvents, MaxDecompressed: o.maxDecompressed.bytes}
+	// The command line reads the user's own symbolic links (the MCP server does not).
+	return load.Options{MaxTraceEvents: o.maxTraceEvents, MaxDecompressed: o.maxDecompressed.bytes, FollowLinks: true}
 }
 
 // decompressedFlag is --max-decompressed: a size (8GiB, 512MiB, bytes) or -1 for no limit.
@@ -113,7 +115,10 @@ func (f *decompressedFlag) Set(s string) error {
 
 // loadSnapshot loads one snapshot file ("-" = standard input).
 func loadSnapshot(ctx context.Context, path string, o loadOptions) (*snapshot.Snapshot, error) {
-	snap, err := load.File(ctx, path, o.options())
+	opt := o.options()
+	opt.Progress = activeProgress.reading(path)
+	snap, err := load.File(ctx, path, opt)
+	activeProgress.read()
 	// What the decoder leaves (tens of MB on a large file) is garbage now, and the next
 	// collection would be far off (SetGCPercent above): collect it, so that the analysis
 	// reuses those pages instead of new ones the kernel must zero first, which on a VM may
@@ -140,4 +145,39 @@ func emit(c *cobra.Command, asJSON bool, r texter) error {
 	}
 	_, err := io.WriteString(c.OutOrStdout(), r.Text())
 	return err
+}
+
+// needArgs checks a command's positional arguments and says what is missing in a sentence
+// ("summarize needs a snapshot PATH"), instead of cobra's "accepts 1 arg(s), received 0".
+// what names the arguments as the object of "needs"; n is how many (0 for none).
+func needArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		switch {
+		case len(args) < n:
+			return fmt.Errorf("%s needs %s (see %s --help)", c.Name(), what, c.CommandPath())
+		case len(args) > n && n == 0:
+			return fmt.Errorf("%s takes no arguments; got %s (see %s --help)", c.Name(), quoteArgs(args), c.CommandPath())
+		case len(args) > n:
+			return fmt.Errorf("%s takes %s; got %d arguments: %s (see %s --help)", c.Name(), strings.Replace(what, "a ", "one ", 1), len(args), quoteArgs(args), c.CommandPath())
+		}
+		return nil
+	}
+}
+
+// atMostOneArg is needArgs for an optional argument.
+func atMostOneArg(what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return fmt.Errorf("%s takes at most %s; got %d arguments: %s (see %s --help)", c.Name(), what, len(args), quoteArgs(args), c.CommandPath())
+		}
+		return nil
+	}
+}
+
+func quoteArgs(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = fmt.Sprintf("%q", a)
+	}
+	return strings.Join(q, " ")
 }

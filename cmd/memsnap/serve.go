@@ -20,6 +20,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/spf13/cobra"
 
+	"github.com/memsnap/memsnap/catalog"
+	"github.com/memsnap/memsnap/prompts"
 	"github.com/memsnap/memsnap/tools"
 )
 
@@ -42,16 +44,25 @@ type serveOptions struct {
 	allowOrigins []string
 }
 
+// promptNames lists the MCP prompts for serve --help.
+func promptNames() string {
+	var names []string
+	for _, p := range prompts.All {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
 func newServeCmd() *cobra.Command {
 	var o serveOptions
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the MCP server (stdio by default, or streamable HTTP) for coding agents",
-		Long: `serve runs memsnap as a Model Context Protocol server. Tools: summarize, top-stacks, diff,
-oom-report, fragmentation, replay, read-raw-section; prompts: diagnose-oom, find-leak,
-explain-memory; resources: the usage guide and snapshot sections. It reads only files under
---root (repeatable; default the working directory), plus the client's MCP roots with
---client-roots.
+		Long: `serve runs memsnap as a Model Context Protocol server.
+Tools: ` + strings.Join(catalog.Tools(), ", ") + `.
+Prompts: ` + promptNames() + `; resources: the usage guide and snapshot sections.
+It reads only files under --root (repeatable; default the working directory), plus the
+client's MCP roots with --client-roots.
 Over stdio (the default) the client starts memsnap itself. With --http it listens on a
 loopback address for streamable HTTP at /mcp; a token (--token, or the MEMSNAP_TOKEN
 environment variable) requires "Authorization: Bearer TOKEN"; requests from a browser page
@@ -63,7 +74,7 @@ as the CLI's commands do, and at its default between loads; a GOGC in the enviro
 		Example: `  memsnap serve
   memsnap serve --root /data/snapshots --root .
   MEMSNAP_TOKEN=... memsnap serve --http 127.0.0.1:8765`,
-		Args: cobra.NoArgs,
+		Args: needArgs(0, ""),
 		RunE: func(c *cobra.Command, _ []string) error {
 			ctx := c.Context()
 			if !c.Flags().Changed("token") {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"github.com/spf13/cobra"
+	"path/filepath"
+	"strings"
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
@@ -26,7 +29,7 @@ PATH may be a file, "-" for standard input, or a directory of per-rank snapshots
 		Example: `  memsnap summarize snapshot.pickle
   memsnap summarize snapshot.pickle --json --device 0
   memsnap summarize ranks/ --json`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			ctx := c.Context()
 			opt := analysis.SummaryOptions{}
@@ -52,11 +55,29 @@ PATH may be a file, "-" for standard input, or a directory of per-rank snapshots
 					return err
 				}
 			}
-			return emit(c, asJSON, s)
+			if err := emit(c, asJSON, s); err != nil {
+				return err
+			}
+			return unreadFiles(path, s)
 		},
 	}
 	lo.addFlags(c)
 	c.Flags().IntVar(&device, "device", 0, "only this CUDA device")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of text")
 	return c
+}
+
+// unreadFiles is the error (exit status 2: the input was bad) for a directory some of whose
+// files could not be read, after the others were summarized.
+func unreadFiles(dir string, s *analysis.Summary) error {
+	var bad []string
+	for _, f := range s.Files {
+		if f.Error != "" {
+			bad = append(bad, filepath.Base(f.File))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %d of %d files could not be read (%s): the others are summarized above", dir, len(bad), len(s.Files), strings.Join(bad, ", "))
 }

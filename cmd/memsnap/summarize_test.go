@@ -185,7 +185,7 @@ func TestCLIErrors(t *testing.T) {
 	}{
 		{[]string{"summarize", filepath.Join(dir, "missing.pickle")}, "missing.pickle: no such file"},
 		{[]string{"summarize", bad}, "bad.pickle: corrupt pickle: unsupported or invalid opcode 0xff (at byte 2)"},
-		{[]string{"summarize"}, "accepts 1 arg(s), received 0"},
+		{[]string{"summarize"}, "summarize needs a snapshot PATH"},
 		{[]string{"summarize", "--bogus", bad}, "unknown flag: --bogus (see memsnap summarize --help)"},
 		{[]string{"diff", "-", "-"}, "only one of BEFORE and AFTER can be standard input"},
 	} {

@@ -76,7 +76,7 @@ the trace made in each range; --group-by compile_context groups by torch.compile
   memsnap top-stacks snapshot.pickle --state inactive --user-root ~/proj
   memsnap top-stacks snapshot.pickle --group-by annotation
   memsnap top-stacks snapshot.pickle --rules categories.yaml`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			snap, err := loadSnapshot(c.Context(), args[0], lo)
 			if err != nil {

@@ -42,7 +42,7 @@ is written whole or not at all; an existing file is kept unless --force, and the
 overwritten.`,
 		Example: `  memsnap trim huge.pickle -o last200k.pickle --last-events 200000
   memsnap trim huge.pickle -o around_oom.pickle --window 1650000:1672696 --device 0`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			if out == "" {
 				return fmt.Errorf("give the output file with -o OUT.pickle (see %s --help)", c.CommandPath())

@@ -40,7 +40,7 @@ map: every segment with its blocks coloured by role and state, at the end of the
 a click on the timeline, rebuilt at that event.`,
 		Example: `  memsnap view snapshot.pickle
   memsnap view snapshot.pickle --http 127.0.0.1:8770`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			host, _, err := net.SplitHostPort(addr)
 			if err != nil {

@@ -59,8 +59,8 @@ file's own. Keys, as PYTORCH_CUDA_ALLOC_CONF spells them:
 It reports per device the peak reserved and allocated bytes, cudaMalloc calls and OOMs of both
 replays, and for every recorded OOM whether each serves it, with the headroom. --recommend
 tries a small grid (expandable segments, max_split_size_mb 128/256/512,
-roundup_power2_divisions 4, garbage_collection_threshold 0.8/0.6) and ranks the settings by
-OOMs, then peak reserved.
+roundup_power2_divisions 4, garbage_collection_threshold 0.8/0.6) and ranks the settings:
+` + analysis.WhatIfRanking + `.
 
 The capacity (what PyTorch may reserve) is reserved + device_free at the first OOM event; else
 --device-memory; else, when the trace shows cudaMalloc failures the allocator recovered from,
@@ -70,7 +70,7 @@ must hold a trace (torch.cuda.memory._record_memory_history).`,
 		Example: `  memsnap whatif oom.pickle --set expandable_segments=True
   memsnap whatif oom.pickle --set max_split_size_mb=128 --set roundup_power2_divisions=4 --json
   memsnap whatif trace.pickle --recommend --device-memory 80GiB`,
-		Args: cobra.ExactArgs(1),
+		Args: needArgs(1, "a snapshot PATH"),
 		RunE: func(c *cobra.Command, args []string) error {
 			var opt analysis.WhatIfOptions
 			var err error

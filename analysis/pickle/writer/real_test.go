@@ -8,9 +8,15 @@ import (
 
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/nlpodyssey/gopickle/types"
+
+	"github.com/memsnap/memsnap/internal/realsnaps"
+	"github.com/memsnap/memsnap/internal/realsnaps/realtest"
 )
 
-const realDir = "/work/shared/snapshots/real"
+// realDir is the folder of real snapshots (package realsnaps), present or not.
+var realDir = realsnaps.Where()
+
+func TestMain(m *testing.M) { realtest.Main(m) }
 
 // countObjects counts the distinct list and dict objects reachable from v.
 func countObjects(v any, lists, dicts map[any]bool) {
@@ -43,9 +49,7 @@ func countObjects(v any, lists, dicts map[any]bool) {
 // (one per captured traceback), at most as many dicts (frames are interned by content), and the
 // same data.
 func TestReencodeRealFilesKeepsListSharing(t *testing.T) {
-	if _, err := os.Stat(realDir); err != nil {
-		t.Skipf("real snapshots folder %s absent: %v", realDir, err)
-	}
+	realtest.Require(t)
 	cases := []struct {
 		file        string
 		lessLists   int // lists PyTorch wrote that the model cannot carry
