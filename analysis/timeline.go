@@ -104,6 +104,9 @@ type TimelineBurst struct {
 type TimelineSteps struct {
 	Source string `json:"source"`
 	Count  int    `json:"count"`
+	// FirstStep is the number of the first step inside the window (0-based: the steps that
+	// start before the window count).
+	FirstStep int `json:"first_step"`
 	// StartEvents are the first events of every step inside the window.
 	StartEvents []int `json:"start_events"`
 }
@@ -918,6 +921,9 @@ func (tb *TimelineBands) Result(start, end int) (*TimelineResult, error) {
 	steps := x.roles.Steps(x.dev)
 	r.Steps = TimelineSteps{Source: steps.Source, StartEvents: []int{}}
 	for _, s := range steps.Starts {
+		if s < start {
+			r.Steps.FirstStep++
+		}
 		if s >= start && s < end {
 			r.Steps.Count++
 			r.Steps.StartEvents = append(r.Steps.StartEvents, s)

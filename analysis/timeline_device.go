@@ -46,6 +46,7 @@ func PictureDevices(snap *snapshot.Snapshot) []PictureDeviceInfo {
 	out := []PictureDeviceInfo{}
 	for _, d := range snap.Devices() {
 		s := PictureDeviceInfo{Device: d}
+		var requested int64
 		for si := range snap.Segments {
 			seg := &snap.Segments[si]
 			if seg.Device != d {
@@ -55,13 +56,20 @@ func PictureDevices(snap *snapshot.Snapshot) []PictureDeviceInfo {
 			for _, b := range seg.Blocks {
 				if b.State == snapshot.StateActiveAllocated {
 					s.AllocatedBytes += b.Size
+					requested += b.RequestedSize
 				}
 			}
 		}
 		if d < len(snap.DeviceTraces) {
 			evs := snap.DeviceTraces[d]
 			s.TraceEvents = len(evs)
-			s.PeakAllocatedBytes, s.OOMs = tracePeak(evs, s.AllocatedBytes)
+			// A trace of requested sizes (newer PyTorch: an alloc size that is no multiple of
+			// 512 B) starts from the blocks' requested bytes, as the replay does.
+			final := s.AllocatedBytes
+			if slices.ContainsFunc(evs, func(ev snapshot.Event) bool { return ev.Action == snapshot.ActionAlloc && ev.Size%512 != 0 }) {
+				final = requested
+			}
+			s.PeakAllocatedBytes, s.OOMs = tracePeak(evs, final)
 		}
 		out = append(out, s)
 	}
@@ -73,7 +81,7 @@ func PictureDevices(snap *snapshot.Snapshot) []PictureDeviceInfo {
 // when none was recorded), as the replay counts them; the level before the first event is the
 // final allocated bytes less the trace's net change.
 func tracePeak(evs []snapshot.Event, final int64) (int64, int) {
-	live := map[uint64]bool{}  // allocated in the trace, not yet freed
+	live := map[uint64]int64{} // allocated in the trace, not yet freed: their sizes
 	freed := map[uint64]bool{} // a free was counted, the free_completed is still to come
 	var cur, hi int64
 	ooms := 0
@@ -81,12 +89,19 @@ func tracePeak(evs []snapshot.Event, final int64) (int64, int) {
 		ev := &evs[i]
 		switch ev.Action {
 		case snapshot.ActionAlloc:
+			if old, ok := live[ev.Addr]; ok { // allocated again without a free: replaced
+				cur -= old
+			}
 			cur += ev.Size
-			live[ev.Addr] = true
+			live[ev.Addr] = ev.Size
 			delete(freed, ev.Addr)
 		case snapshot.ActionFreeRequested, snapshot.ActionFreeCompleted:
-			if live[ev.Addr] || !freed[ev.Addr] {
-				cur -= ev.Size
+			size, ok := live[ev.Addr]
+			if !ok {
+				size = ev.Size // a block alive before the trace
+			}
+			if ok || !freed[ev.Addr] {
+				cur -= size
 				delete(live, ev.Addr)
 				if ev.Action == snapshot.ActionFreeRequested {
 					freed[ev.Addr] = true
