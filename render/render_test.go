@@ -4,13 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"image"
+	"image/color"
 	"image/png"
 	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/sim"
 )
 
 func picture(t *testing.T, file string, opt analysis.PictureOptions) *analysis.PictureResult {
@@ -126,5 +134,87 @@ func TestFormatOf(t *testing.T) {
 	}
 	if err := Picture(io.Discard, &analysis.PictureResult{}, Options{Format: PNG}); err == nil {
 		t.Error("empty picture: no error")
+	}
+}
+
+// sawtoothPNG draws the timeline of a 3,000-step training loop (memory saws up in each
+// forward pass and down in its backward pass) at the default size.
+func sawtoothPNG(t *testing.T) (*analysis.PictureResult, image.Image) {
+	t.Helper()
+	snap := sim.TrainingLoop(3000, false)
+	snap.Path = "sawtooth.pickle"
+	opt := Options{Format: PNG}
+	p, err := analysis.Picture(context.Background(), snap, analysis.PictureOptions{Columns: TimelineColumns(opt)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Picture(&buf, p, opt); err != nil {
+		t.Fatal(err)
+	}
+	if dir := os.Getenv("MEMSNAP_PICTURE_DIR"); dir != "" {
+		os.WriteFile(filepath.Join(dir, "sawtooth.png"), buf.Bytes(), 0o644)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, img
+}
+
+// TestSawtoothPixels: on a 3,000-step sawtooth the pale wash above each column's minimum shows
+// across the whole run, and step marks reach its last tenth.
+func TestSawtoothPixels(t *testing.T) {
+	p, img := sawtoothPNG(t)
+	r := p.Timeline
+	if r.Columns != TimelineColumns(Options{}) || r.Steps.Count != 3000 {
+		t.Fatalf("%d columns, %d steps", r.Columns, r.Steps.Count)
+	}
+	// The plot's pixel rows and columns: find the y axis (the gray line at the left) and the
+	// reserved line's extent from the picture itself.
+	b := img.Bounds()
+	isWash := func(c color.Color) bool { // a band colour mixed with white: light, not white
+		r, g, bl, _ := c.RGBA()
+		lo := min(r, g, bl) >> 8
+		return lo >= 0x90 && lo < 0xf0 && (r>>8 < 0xfa || g>>8 < 0xfa || bl>>8 < 0xfa)
+	}
+	isSolid := func(c color.Color) bool {
+		r, g, bl, _ := c.RGBA()
+		return min(r, g, bl)>>8 < 0x90
+	}
+	// In each tenth of the plot's width, some column shows solid band below pale wash.
+	plotL, plotR := 60, b.Dx()-int(math.Min(math.Max(0.27*float64(b.Dx()), 300), 460))-10
+	for tenth := range 10 {
+		found := false
+		for x := plotL + (plotR-plotL)*tenth/10; x < plotL+(plotR-plotL)*(tenth+1)/10 && !found; x++ {
+			wash, solidBelow := -1, false
+			for y := 80; y < b.Dy()-60; y++ {
+				c := img.At(x, y)
+				if wash < 0 && isWash(c) {
+					wash = y
+				}
+				if wash >= 0 && y > wash+3 && isSolid(c) {
+					solidBelow = true
+					break
+				}
+			}
+			found = wash >= 0 && solidBelow
+		}
+		if !found {
+			t.Errorf("tenth %d of the plot: no pale wash above a solid band (the minimum does not show)", tenth)
+		}
+	}
+	// Step marks: the step-count axis labels steps up to the end of the run.
+	var svg bytes.Buffer
+	if err := Picture(&svg, p, Options{Format: SVG}); err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for _, m := range regexp.MustCompile(`>step (\d+)<`).FindAllStringSubmatch(svg.String(), -1) {
+		n, _ := strconv.Atoi(m[1])
+		last = max(last, n)
+	}
+	if last < 2700 {
+		t.Errorf("the last step labelled is %d of 3000", last)
 	}
 }

@@ -195,8 +195,8 @@ func roleColor(category string) color.RGBA {
 
 // shadeMix is how far each shade of a role's hue is mixed towards black (negative) or white
 // (positive): the first is the role's own colour, the others differ from it and from each
-// other by at least 0.1.
-var shadeMix = []float64{0, -0.3, 0.35, -0.5, 0.55, -0.15, 0.18, -0.4, 0.45, 0.68}
+// other by at least 0.07.
+var shadeMix = []float64{0, -0.25, 0.3, -0.4, 0.45, -0.12, 0.15, -0.33, 0.38, 0.56}
 
 // shade is the k-th shade of a role's colour.
 func shade(c color.RGBA, k int) color.RGBA {
