@@ -7,6 +7,7 @@
 package view
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -51,6 +52,16 @@ type Server struct {
 	// segmentSlots bounds the segment maps built at once: each replays the trace up to its
 	// event, so a burst of clicks must not multiply that work.
 	segmentSlots chan struct{}
+	oom          oomReport
+	choice       analysis.DeviceChoice
+	choiceOnce   sync.Once
+}
+
+// defaultDevice is the device the page opens (analysis.ChooseDevice: the one with an OOM,
+// else the highest allocated peak).
+func (s *Server) defaultDevice() int {
+	s.choiceOnce.Do(func() { s.choice, _ = analysis.ChooseDevice(s.snap, nil) })
+	return s.choice.Device
 }
 
 // device is what the viewer keeps per CUDA device: the timeline index and its bands.
@@ -137,6 +148,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/timeline/meta", s.timelineMeta)
 	mux.HandleFunc("GET /api/timeline", s.timeline)
 	mux.HandleFunc("GET /api/segments", s.segments)
+	mux.HandleFunc("GET /api/allocations", s.allocations)
+	mux.HandleFunc("GET /api/stack", s.stack)
+	mux.HandleFunc("GET /api/oom", s.ooms)
 	return s.guard(mux)
 }
 
@@ -197,37 +211,36 @@ type DeviceInfo struct {
 	Device   int   `json:"device"`
 	Events   int   `json:"events"`
 	Reserved int64 `json:"reserved_bytes"`
+	// OOMs, PeakAllocated (over the trace) and Allocated (final) say what the device holds.
+	OOMs          int   `json:"ooms"`
+	PeakAllocated int64 `json:"peak_allocated_bytes"`
+	Allocated     int64 `json:"allocated_bytes"`
 }
 
 // Meta is the page's first answer: the file, its devices and the role colours.
 type Meta struct {
-	Path          string            `json:"path"`
-	Name          string            `json:"name"`
-	Devices       []DeviceInfo      `json:"devices"`
-	DefaultDevice int               `json:"default_device"`
-	RoleColors    map[string]string `json:"role_colors"`
-	Pending       string            `json:"pending_color"`
-	Inactive      string            `json:"inactive_color"`
+	Path          string       `json:"path"`
+	Name          string       `json:"name"`
+	Devices       []DeviceInfo `json:"devices"`
+	DefaultDevice int          `json:"default_device"`
+	// DeviceReason / DeviceNote: why the default device (analysis.DeviceReason*), in words with
+	// what the others hold.
+	DeviceReason string            `json:"device_reason"`
+	DeviceNote   string            `json:"device_note"`
+	RoleColors   map[string]string `json:"role_colors"`
+	Pending      string            `json:"pending_color"`
+	Inactive     string            `json:"inactive_color"`
 }
 
 func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
 	m := Meta{Path: s.snap.Path, Name: filepath.Base(s.snap.Path), Devices: []DeviceInfo{}, RoleColors: render.RoleColors(),
 		Pending: "#7a1f1f", Inactive: "#eeeeee"}
-	for _, d := range s.snap.Devices() {
-		info := DeviceInfo{Device: d}
-		if d < len(s.snap.DeviceTraces) {
-			info.Events = len(s.snap.DeviceTraces[d])
-		}
-		for i := range s.snap.Segments {
-			if s.snap.Segments[i].Device == d {
-				info.Reserved += s.snap.Segments[i].TotalSize
-			}
-		}
-		m.Devices = append(m.Devices, info)
+	s.defaultDevice()
+	for _, d := range s.choice.Devices {
+		m.Devices = append(m.Devices, DeviceInfo{Device: d.Device, Events: d.TraceEvents, Reserved: d.ReservedBytes, OOMs: d.OOMs,
+			PeakAllocated: d.PeakAllocatedBytes, Allocated: d.AllocatedBytes})
 	}
-	if d, err := analysis.PictureDevice(s.snap, nil); err == nil {
-		m.DefaultDevice = d
-	}
+	m.DefaultDevice, m.DeviceReason, m.DeviceNote = s.choice.Device, s.choice.Reason, s.choice.Text
 	writeJSON(w, m)
 }
 
@@ -346,6 +359,16 @@ type Segments struct {
 	Gap   int64         `json:"gap_bytes"`
 	// Place: per List entry, its row and its offset in the row (bytes).
 	Place [][2]int64 `json:"place"`
+	// TopSites: the sites holding the most allocated bytes in the map, largest first (at most
+	// 20): the side panel of a file without a trace.
+	TopSites []TopSite `json:"top_sites"`
+}
+
+// TopSite is a site's allocated bytes in a segment map.
+type TopSite struct {
+	Site   int   `json:"site"` // index in Sites
+	Bytes  int64 `json:"bytes"`
+	Blocks int   `json:"blocks"`
 }
 
 // SegmentJSON is one segment of the map.
@@ -354,6 +377,8 @@ type SegmentJSON struct {
 	Size    int64      `json:"size"`
 	Stream  string     `json:"stream"`
 	Type    string     `json:"type"`
+	// Pool is the segment's memory pool: "default", or the graph/private pool id "(a, b)".
+	Pool string `json:"pool"`
 	Blocks  [][4]int64 `json:"blocks"`
 }
 
@@ -406,16 +431,36 @@ func (s *Server) SegmentMap(ctx context.Context, dev, at, width int) (*Segments,
 	for _, p := range l.Placed {
 		out.Place[p.Segment] = [2]int64{int64(p.Row), p.Offset}
 	}
+	siteBytes := map[int32]int64{}
+	siteBlocks := map[int32]int{}
 	for i, seg := range m.Map {
 		sj := SegmentJSON{Address: fmt.Sprintf("0x%x", seg.Address), Size: seg.Size, Stream: fmt.Sprintf("0x%x", seg.Stream), Type: seg.Type,
-			Blocks: make([][4]int64, len(seg.Blocks))}
+			Pool: "default", Blocks: make([][4]int64, len(seg.Blocks))}
+		if seg.Pool != (snapshot.PoolID{}) {
+			sj.Pool = fmt.Sprintf("(%d, %d)", seg.Pool[0], seg.Pool[1])
+		}
 		for k, b := range seg.Blocks {
 			sj.Blocks[k] = [4]int64{b.Offset, b.Size, int64(b.State), int64(b.Site)}
+			if b.State == snapshot.StateActiveAllocated && b.Site >= 0 {
+				siteBytes[b.Site] += b.Size
+				siteBlocks[b.Site]++
+			}
 		}
 		out.List[i] = sj
 	}
 	for i, st := range m.Sites {
 		out.Sites[i] = SiteJSON{SiteIdentity: st.SiteIdentity, Category: st.Category, Evidence: st.Evidence, Stack: st.Stack}
 	}
+	out.TopSites = []TopSite{}
+	for site, b := range siteBytes {
+		out.TopSites = append(out.TopSites, TopSite{Site: int(site), Bytes: b, Blocks: siteBlocks[site]})
+	}
+	slices.SortFunc(out.TopSites, func(a, b TopSite) int {
+		if a.Bytes != b.Bytes {
+			return cmp.Compare(b.Bytes, a.Bytes)
+		}
+		return cmp.Compare(a.Site, b.Site)
+	})
+	out.TopSites = out.TopSites[:min(len(out.TopSites), 20)]
 	return out, nil
 }

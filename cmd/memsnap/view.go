@@ -58,7 +58,7 @@ a click on the timeline, rebuilt at that event.`,
 			}
 			snap.Compact()
 			srv := view.New(snap, view.Options{Attribution: af.options(), Top: top, AnyHost: allowRemote})
-			if dev, err := analysis.PictureDevice(snap, nil); err == nil {
+			if dev, err := analysis.PictureDevice(snap, nil); err == nil { // the page opens on it
 				if err := srv.Prepare(c.Context(), dev); err != nil {
 					return err
 				}
