@@ -66,7 +66,6 @@ func TestAllocationsAPI(t *testing.T) {
 	}
 }
 
-
 // TestOOMAPIMultiDevice: on three GPUs with the only OOM on device 1 the page opens device 1,
 // says what the others hold, and /api/oom explains the OOM (request, free memory, stack,
 // verdict, live sites); device 0 has none.

@@ -373,13 +373,13 @@ type TopSite struct {
 
 // SegmentJSON is one segment of the map.
 type SegmentJSON struct {
-	Address string     `json:"address"`
-	Size    int64      `json:"size"`
-	Stream  string     `json:"stream"`
-	Type    string     `json:"type"`
+	Address string `json:"address"`
+	Size    int64  `json:"size"`
+	Stream  string `json:"stream"`
+	Type    string `json:"type"`
 	// Pool is the segment's memory pool: "default", or the graph/private pool id "(a, b)".
-	Pool string `json:"pool"`
-	Blocks  [][4]int64 `json:"blocks"`
+	Pool   string     `json:"pool"`
+	Blocks [][4]int64 `json:"blocks"`
 }
 
 // SiteJSON is a site of the map's blocks.
