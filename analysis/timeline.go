@@ -107,8 +107,11 @@ type TimelineSteps struct {
 	// FirstStep is the number of the first step inside the window (0-based: the steps that
 	// start before the window count).
 	FirstStep int `json:"first_step"`
-	// StartEvents are the first events of every step inside the window.
+	// StartEvents are the first events of every step inside the window (a bounded answer keeps
+	// some of them evenly spaced: Summary then says how many).
 	StartEvents []int `json:"start_events"`
+	// Summary stands for the step starts left out of a bounded answer (nil: every one is listed).
+	Summary *TimelineStepsSummary `json:"summary,omitempty"`
 }
 
 // TimelineResult is what a timeline picture draws, as numbers: the window, the allocated peak
@@ -1183,4 +1186,56 @@ func Picture(ctx context.Context, snap *snapshot.Snapshot, opt PictureOptions) (
 		return out, nil
 	}
 	return nil, fmt.Errorf("picture kind %q: use timeline or segments", opt.Kind)
+}
+
+// TimelineStepsSummary stands for a long list of step starts in a bounded answer.
+type TimelineStepsSummary struct {
+	// Listed is how many start events StartEvents keeps (evenly spaced over the window, the
+	// first and the last included); FirstStartEvent / LastStartEvent the first and last step
+	// starts in the window; MedianStepEvents the median events between two step starts.
+	Listed           int `json:"listed"`
+	FirstStartEvent  int `json:"first_start_event"`
+	LastStartEvent   int `json:"last_start_event"`
+	MedianStepEvents int `json:"median_step_events"`
+}
+
+// Bounded is a copy of r for an answer of bounded size: the envelope merged into at most
+// maxColumns columns (each the lowest minimum and highest maximum of the columns it merges),
+// at most maxSteps step starts listed (evenly spaced; Steps.Summary says so) and at most
+// maxPhases phase runs (the first ones; a note says how many are left out).
+func (r *TimelineResult) Bounded(maxColumns, maxSteps, maxPhases int) *TimelineResult {
+	out := *r
+	if n := len(r.Envelope); n > maxColumns && maxColumns > 0 {
+		env := make([]TimelineEnvelope, maxColumns)
+		for k := range maxColumns {
+			lo, hi := n*k/maxColumns, n*(k+1)/maxColumns
+			e := r.Envelope[lo]
+			for _, c := range r.Envelope[lo+1 : hi] {
+				e.EndEvent = c.EndEvent
+				e.MinAllocatedBytes = min(e.MinAllocatedBytes, c.MinAllocatedBytes)
+				e.MaxAllocatedBytes = max(e.MaxAllocatedBytes, c.MaxAllocatedBytes)
+			}
+			env[k] = e
+		}
+		out.Envelope = env
+	}
+	if st := r.Steps.StartEvents; len(st) > maxSteps && maxSteps >= 2 {
+		listed := make([]int, maxSteps)
+		for k := range maxSteps {
+			listed[k] = st[k*(len(st)-1)/(maxSteps-1)]
+		}
+		gaps := make([]int, len(st)-1)
+		for k := range gaps {
+			gaps[k] = st[k+1] - st[k]
+		}
+		slices.Sort(gaps)
+		out.Steps.StartEvents = listed
+		out.Steps.Summary = &TimelineStepsSummary{Listed: maxSteps, FirstStartEvent: st[0], LastStartEvent: st[len(st)-1], MedianStepEvents: gaps[len(gaps)/2]}
+	}
+	out.Notes = slices.Clone(r.Notes)
+	if len(r.Phases) > maxPhases && maxPhases >= 0 {
+		out.Phases = r.Phases[:maxPhases]
+		out.Notes = append(out.Notes, fmt.Sprintf("%d phase runs in the window; the first %d are listed", len(r.Phases), maxPhases))
+	}
+	return &out
 }

@@ -536,6 +536,25 @@ func TestTimelineSawtooth(t *testing.T) {
 	if names["forward"] != 3000 || names["backward"] != 3000 || names["optimizer"] < 1 || names[PhaseSetup] != 1 {
 		t.Errorf("phases %v", names)
 	}
+	// The bounded answer (MCP): 200 merged columns with the same extremes, 20 step starts.
+	bd := r.Bounded(200, 20, 60)
+	var lo, hi, blo, bhi int64 = 1 << 62, 0, 1 << 62, 0
+	for _, c := range r.Envelope {
+		lo, hi = min(lo, c.MinAllocatedBytes), max(hi, c.MaxAllocatedBytes)
+	}
+	for _, c := range bd.Envelope {
+		blo, bhi = min(blo, c.MinAllocatedBytes), max(bhi, c.MaxAllocatedBytes)
+	}
+	if len(bd.Envelope) != 200 || lo != blo || hi != bhi || bd.Envelope[0].StartEvent != 0 || bd.Envelope[199].EndEvent != r.End-1 {
+		t.Errorf("bounded envelope: %d columns, %d..%d (want %d..%d)", len(bd.Envelope), blo, bhi, lo, hi)
+	}
+	if s := bd.Steps.Summary; s == nil || len(bd.Steps.StartEvents) != 20 || s.Listed != 20 || bd.Steps.Count != 3000 ||
+		s.FirstStartEvent != r.Steps.StartEvents[0] || s.LastStartEvent != r.Steps.StartEvents[2999] || bd.Steps.StartEvents[19] != s.LastStartEvent || len(bd.Phases) != 60 {
+		t.Errorf("bounded steps %+v, %d phases", bd.Steps.Summary, len(bd.Phases))
+	}
+	if len(r.Steps.StartEvents) != 3000 || len(r.Envelope) != 1000 {
+		t.Error("Bounded changed the result it copies")
+	}
 	// A window of the late steps lists their step numbers from the start of the run.
 	w, err := Timeline(context.Background(), snap, TimelineOptions{Start: r.Steps.StartEvents[2500], End: r.Steps.StartEvents[2504]})
 	if err != nil {
