@@ -136,7 +136,7 @@ never over the snapshot itself. The numbers drawn are printed (--json: one objec
 	c.Flags().IntVar(&device, "device", 0, "the CUDA device to draw (default: the one with an OOM, else the highest allocated peak; state-only files: the most allocated)")
 	c.Flags().StringVar(&window, "window", "", "timeline: draw trace events A to B-1 only (A:B; A: or :B leave one end open)")
 	c.Flags().IntVar(&opt.At, "at", -1, "segments: rebuild the segments after this trace event (default: the final state)")
-	c.Flags().IntVar(&opt.Top, "top", analysis.DefaultTimelineTop, "timeline: sites drawn as their own band (the largest at the peak); the rest share one band")
+	c.Flags().IntVar(&opt.Top, "top", analysis.DefaultTimelineTop, "timeline: sites drawn as their own band (the highest in the window); the rest share one band")
 	c.Flags().StringVar(&opt.X, "x", analysis.TimelineXEvent, "timeline: x axis, event (trace event index) or time (seconds; needs time_us on every event)")
 	c.Flags().IntVar(&ro.Width, "width", render.DefaultWidth, "picture width in pixels")
 	c.Flags().IntVar(&ro.Height, "height", render.DefaultHeight, "picture height in pixels")

@@ -243,7 +243,7 @@ async function fetchColumns(delay) {
       S.lastZoomMS = performance.now() - t0;
       S.data = d;
       if (S.allocMode) { fetchAllocations(); return; }
-      $('status').textContent = `events ${fmtInt(d.start)}–${fmtInt(d.end - 1)} · ${d.first.length} columns (each keeps its events' maximum) · answered in ${S.lastZoomMS.toFixed(0)} ms · peak here ${fmtBytes(d.peak_bytes)} after event ${fmtInt(d.peak_event)}`;
+      $('status').textContent = `events ${fmtInt(d.start)}–${fmtInt(d.end - 1)} · ${d.first.length} columns (each keeps its events' minimum and maximum; pale above the minimum) · answered in ${S.lastZoomMS.toFixed(0)} ms · peak here ${fmtBytes(d.peak_bytes)} after event ${fmtInt(d.peak_event)}`;
       drawTimeline();
     } catch (e) {
       $('status').textContent = 'zoom failed: ' + e.message;
