@@ -302,6 +302,13 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		}
 	})
 	x.allocs.sortPre()
+	nAllocs := 0
+	for i := range x.evs {
+		if x.evs[i].Action == snapshot.ActionAlloc {
+			nAllocs++
+		}
+	}
+	x.allocs.list = slices.Grow(x.allocs.list, nAllocs)
 	cur := -1
 	e.onFree = func(i int, b *liveBlk) {
 		if i == cur {

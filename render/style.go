@@ -334,12 +334,12 @@ func decimalsOf(v float64) int {
 // else every digit grouped ("1,000,250"), so neighbouring ticks never read the same.
 func CountTickLabel(step, hi float64) func(float64) string {
 	for _, u := range []struct {
-		div    float64
-		suffix string
-		from   float64
-		maxDec int
-	}{{1e6, "M", 1e6, 2}, {1e3, "k", 1e4, 1}} {
-		if math.Abs(hi) < u.from {
+		div      float64
+		suffix   string
+		from, to float64
+		maxDec   int
+	}{{1e6, "M", 1e6, math.Inf(1), 2}, {1e3, "k", 1e4, 1e6, 1}} {
+		if math.Abs(hi) < u.from || math.Abs(hi) >= u.to {
 			continue
 		}
 		if d := decimalsOf(step / u.div); d <= u.maxDec {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -416,7 +417,7 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 		y -= px(20)
 	}
 	foot := textStyle(10, false, gray)
-	c.FillText(foot, vg.Point{X: x, Y: c.Min.Y + px(6)}, fmt.Sprintf("%s columns over %s events; each keeps its events' minimum and maximum", groupDigits(r.Columns), groupDigits(r.End-r.Start)))
+	c.FillText(foot, vg.Point{X: x, Y: c.Min.Y + px(6)}, fmt.Sprintf("%s columns over %s events; each keeps its events' min and max", groupDigits(r.Columns), groupDigits(r.End-r.Start)))
 }
 
 // peakColumn is the column holding event i (-1: none).
@@ -439,14 +440,15 @@ var phaseColors = map[string]color.RGBA{
 }
 
 // phaseOrder is the order of the phases in the legend.
-var phaseOrder = []string{analysis.PhaseSetup, "forward", "backward", "optimizer", analysis.PhaseOOMUnwinding}
+var phaseOrder = [...]string{analysis.PhaseSetup, "forward", "backward", "optimizer", analysis.PhaseOOMUnwinding}
 
 const phaseStrip = 7 // pixels
 
-// drawPhases draws every phase run as a piece of a strip along the bottom of the plot (runs
-// thinner than a pixel blend into their neighbours: the strip is their level of detail), and,
-// where runs are on average at least 12 pixels wide, a light wash of the phase's colour behind
-// everything.
+// drawPhases draws the phase runs as a strip along the bottom of the plot, by level of
+// detail: a run a pixel wide or more is drawn as it is; in a pixel column holding runs
+// narrower than a pixel, the phase with the most events there fills it. Where runs are on
+// average at least 12 pixels wide, a light wash of each phase's colour goes behind everything
+// (washOnly draws that wash, else the strip).
 func (t *timelinePlot) drawPhases(c draw.Canvas, trX func(float64) vg.Length, washOnly bool) {
 	ph := t.r.Phases
 	if len(ph) == 0 {
@@ -454,9 +456,14 @@ func (t *timelinePlot) drawPhases(c draw.Canvas, trX func(float64) vg.Length, wa
 	}
 	width := float64((c.Max.X - c.Min.X) / px(1))
 	wide := width/float64(len(ph)) >= 12
+	if washOnly && !wide {
+		return
+	}
+	cols := int(math.Ceil(width)) + 1
+	var dense [][5]int // events of sub-pixel runs per pixel column and phase
 	for _, p := range ph {
-		clr, ok := phaseColors[p.Name]
-		if !ok {
+		k := slices.Index(phaseOrder[:], p.Name)
+		if k < 0 {
 			continue
 		}
 		x0, x1 := trX(t.x.start(p.StartEvent)), trX(t.x.start(p.EndEvent)+1)
@@ -464,16 +471,35 @@ func (t *timelinePlot) drawPhases(c draw.Canvas, trX func(float64) vg.Length, wa
 			x1 = trX(t.x.at(p.EndEvent))
 		}
 		x0, x1 = max(x0, c.Min.X), min(x1, c.Max.X)
-		if x1 <= x0 {
+		if x1 < x0 {
 			continue
 		}
+		clr := phaseColors[p.Name]
 		switch {
-		case washOnly && wide:
+		case washOnly:
 			w := clr
 			w.A = 0x22
 			rect(&c, premultiply(w), x0, c.Min.Y, x1, c.Max.Y)
-		case !washOnly:
+		case x1-x0 >= px(1):
 			rect(&c, clr, x0, c.Min.Y, x1, c.Min.Y+px(phaseStrip))
+		default:
+			if dense == nil {
+				dense = make([][5]int, cols)
+			}
+			col := min(max(int(float64((x0-c.Min.X)/px(1))), 0), cols-1)
+			dense[col][k] += p.EndEvent - p.StartEvent + 1
+		}
+	}
+	for col, n := range dense {
+		best, bestN := -1, 0
+		for k, v := range n {
+			if v > bestN {
+				best, bestN = k, v
+			}
+		}
+		if best >= 0 {
+			x0 := c.Min.X + px(float64(col))
+			rect(&c, phaseColors[phaseOrder[best]], x0, c.Min.Y, x0+px(1), c.Min.Y+px(phaseStrip))
 		}
 	}
 }

@@ -57,8 +57,8 @@ function decimalsOf(v) {
 // countTickLabel labels event ticks step apart up to hi so that neighbours differ (as
 // render.CountTickLabel): 1.25M, 120k, else every digit grouped.
 function countTickLabel(step, hi) {
-  for (const u of [{div: 1e6, suf: 'M', from: 1e6, max: 2}, {div: 1e3, suf: 'k', from: 1e4, max: 1}]) {
-    if (Math.abs(hi) < u.from) continue;
+  for (const u of [{div: 1e6, suf: 'M', from: 1e6, to: Infinity, max: 2}, {div: 1e3, suf: 'k', from: 1e4, to: 1e6, max: 1}]) {
+    if (Math.abs(hi) < u.from || Math.abs(hi) >= u.to) continue;
     const d = decimalsOf(step / u.div);
     if (d <= u.max) return v => (Math.abs(v) < 1e-9 ? '0' : (v / u.div).toFixed(d) + u.suf);
   }
