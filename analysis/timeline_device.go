@@ -22,10 +22,13 @@ const (
 type PictureDeviceInfo struct {
 	Device      int `json:"device"`
 	TraceEvents int `json:"trace_events"`
-	OOMs        int `json:"ooms"`
+	// HasTrace: the events are a history of allocations (not the one or two events a
+	// state-only file may hold).
+	HasTrace bool `json:"has_trace"`
+	OOMs     int  `json:"ooms"`
 	// PeakAllocatedBytes is the highest allocated total over the device's trace (counted from
 	// its events and the final state: an alloc adds its size, the first free event of the block
-	// takes it away); 0 without a trace.
+	// takes it away); 0 without a trace (HasTrace false).
 	PeakAllocatedBytes int64 `json:"peak_allocated_bytes"`
 	// AllocatedBytes and ReservedBytes are the final state's.
 	AllocatedBytes int64 `json:"allocated_bytes"`
@@ -63,6 +66,7 @@ func PictureDevices(snap *snapshot.Snapshot) []PictureDeviceInfo {
 		if d < len(snap.DeviceTraces) {
 			evs := snap.DeviceTraces[d]
 			s.TraceEvents = len(evs)
+			s.HasTrace = snapshot.IsHistory(evs)
 			// A trace of requested sizes (newer PyTorch: an alloc size that is no multiple of
 			// 512 B) starts from the blocks' requested bytes, as the replay does.
 			final := s.AllocatedBytes
@@ -70,6 +74,9 @@ func PictureDevices(snap *snapshot.Snapshot) []PictureDeviceInfo {
 				final = requested
 			}
 			s.PeakAllocatedBytes, s.OOMs = tracePeak(evs, final)
+			if !s.HasTrace {
+				s.PeakAllocatedBytes = 0
+			}
 		}
 		out = append(out, s)
 	}
@@ -152,11 +159,11 @@ func ChooseDevice(snap *snapshot.Snapshot, device *int) (DeviceChoice, error) {
 				break
 			}
 		}
-	case slices.ContainsFunc(devs, func(d PictureDeviceInfo) bool { return d.TraceEvents > 0 }):
+	case slices.ContainsFunc(devs, func(d PictureDeviceInfo) bool { return d.HasTrace }):
 		ch.Reason = DeviceReasonPeak
-		best = devs[slices.IndexFunc(devs, func(d PictureDeviceInfo) bool { return d.TraceEvents > 0 })]
+		best = devs[slices.IndexFunc(devs, func(d PictureDeviceInfo) bool { return d.HasTrace })]
 		for _, d := range devs {
-			if d.TraceEvents > 0 && d.PeakAllocatedBytes > best.PeakAllocatedBytes {
+			if d.HasTrace && d.PeakAllocatedBytes > best.PeakAllocatedBytes {
 				best = d
 			}
 		}
@@ -205,7 +212,7 @@ func othersText(devs []PictureDeviceInfo, dev int) string {
 			s += ", "
 		}
 		switch {
-		case d.TraceEvents > 0:
+		case d.HasTrace:
 			s += fmt.Sprintf("%d (peak %s allocated", d.Device, FormatBytes(d.PeakAllocatedBytes))
 		default:
 			s += fmt.Sprintf("%d (%s allocated, no trace", d.Device, FormatBytes(d.AllocatedBytes))

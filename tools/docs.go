@@ -478,6 +478,7 @@ var fieldDocs = map[string]string{
 	"PictureDeviceInfo.Device":              "CUDA device",
 	"PictureDeviceInfo.TraceEvents":         "Trace events recorded for the device",
 	"PictureDeviceInfo.OOMs":                "oom events in the device's trace",
+	"PictureDeviceInfo.HasTrace":            "The device's events are a history of allocations (a state-only file may hold one or two events)",
 	"PictureDeviceInfo.PeakAllocatedBytes":  "Highest allocated bytes over the device's trace (0 without a trace)",
 	"PictureDeviceInfo.AllocatedBytes":      "Allocated bytes in the file's final state",
 	"PictureDeviceInfo.ReservedBytes":       "Reserved bytes in the file's final state",

@@ -10,6 +10,7 @@ import (
 	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/sim"
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // TestAllocationsAPI: the per-allocation view of the activation OOM lists every allocation of
@@ -94,12 +95,14 @@ func TestOOMAPIMultiDevice(t *testing.T) {
 // generated snapshot: MEMSNAP_BENCH_SNAPSHOT names one (bench/gensnap writes a 300 MB file),
 // else a million-event synthetic trace. It reports the answer's size.
 func BenchmarkAllocationsAPI(b *testing.B) {
-	snap := synthSnapshot(1_000_000)
+	var snap *snapshot.Snapshot
 	if p := os.Getenv("MEMSNAP_BENCH_SNAPSHOT"); p != "" {
 		var err error
 		if snap, err = load.File(context.Background(), p, load.Options{}); err != nil {
 			b.Fatal(err)
 		}
+	} else {
+		snap = synthSnapshot(1_000_000)
 	}
 	srv := New(snap, Options{})
 	dev := srv.defaultDevice()
