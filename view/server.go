@@ -213,6 +213,7 @@ type DeviceInfo struct {
 	Reserved int64 `json:"reserved_bytes"`
 	// OOMs, PeakAllocated (over the trace) and Allocated (final) say what the device holds.
 	OOMs          int   `json:"ooms"`
+	HasTrace      bool  `json:"has_trace"`
 	PeakAllocated int64 `json:"peak_allocated_bytes"`
 	Allocated     int64 `json:"allocated_bytes"`
 }
@@ -237,7 +238,7 @@ func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
 		Pending: "#7a1f1f", Inactive: "#eeeeee"}
 	s.defaultDevice()
 	for _, d := range s.choice.Devices {
-		m.Devices = append(m.Devices, DeviceInfo{Device: d.Device, Events: d.TraceEvents, Reserved: d.ReservedBytes, OOMs: d.OOMs,
+		m.Devices = append(m.Devices, DeviceInfo{Device: d.Device, Events: d.TraceEvents, Reserved: d.ReservedBytes, OOMs: d.OOMs, HasTrace: d.HasTrace,
 			PeakAllocated: d.PeakAllocatedBytes, Allocated: d.AllocatedBytes})
 	}
 	m.DefaultDevice, m.DeviceReason, m.DeviceNote = s.choice.Device, s.choice.Reason, s.choice.Text

@@ -113,7 +113,7 @@ async function init() {
   document.title = S.meta.name + ' · memsnap view';
   const sel = $('device');
   for (const d of S.meta.devices) {
-    const o = el('option', '', `${d.device} (${fmtInt(d.events)} events, ${d.events ? 'peak ' + fmtBytes(d.peak_allocated_bytes) : fmtBytes(d.allocated_bytes) + ' allocated'}${d.ooms ? ', ' + d.ooms + ' OOM' : ''})`);
+    const o = el('option', '', `${d.device} (${d.has_trace ? fmtInt(d.events) + ' events, ' : 'no trace, '}${d.has_trace ? 'peak ' + fmtBytes(d.peak_allocated_bytes) : fmtBytes(d.allocated_bytes) + ' allocated'}${d.ooms ? ', ' + d.ooms + ' OOM' : ''})`);
     o.value = d.device;
     sel.appendChild(o);
   }
@@ -182,7 +182,8 @@ function buildLegend() {
     li.appendChild(sw);
     li.appendChild(el('span', 'name', band.other ? `${band.sites} other sites` : siteName(band)));
     const sub = band.other ? `${fmtBytes(band.bytes_at_peak)} at the peak` : `${band.category} · ${fmtBytes(band.bytes_at_peak)} at the peak (${band.percent.toFixed(1)}%)`;
-    li.appendChild(el('span', 'sub', sub));
+    const upTo = band.max_bytes > band.bytes_at_peak ? ` · up to ${fmtBytes(band.max_bytes)}` : '';
+    li.appendChild(el('span', 'sub', sub + upTo));
     li.addEventListener('click', () => selectBand(b, -1));
     ol.appendChild(li);
   }
