@@ -307,17 +307,6 @@ func numLabel(v float64) string {
 	return s
 }
 
-// countLabel formats an event count: 950, 12k, 1.5M.
-func countLabel(v float64) string {
-	switch a := math.Abs(v); {
-	case a >= 1e6:
-		return numLabel(v/1e6) + "M"
-	case a >= 1e4:
-		return numLabel(v/1e3) + "k"
-	}
-	return numLabel(v)
-}
-
 // decimalsOf is the number of decimals that write v exactly (at most 7).
 func decimalsOf(v float64) int {
 	for d := range 7 {
