@@ -135,3 +135,43 @@ func BenchmarkAllocationsAPI(b *testing.B) {
 		})
 	}
 }
+
+// TestZoomWindowBands: bands=window chooses the bands over the window: on the activation OOM's
+// first 20 events (parameters only) the named bands are the parameters' site, coloured as the
+// whole trace colours it.
+func TestZoomWindowBands(t *testing.T) {
+	snap, err := load.File(context.Background(), "../testdata/scenarios/activation_oom.pickle", load.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(snap, Options{})
+	h := srv.Handler()
+	var whole TimelineMeta
+	if get(t, h, "/api/timeline/meta?device=0", &whole) != 200 {
+		t.Fatal("meta")
+	}
+	var c Columns
+	if get(t, h, "/api/timeline?device=0&start=0&end=20&cols=20&bands=window", &c) != 200 {
+		t.Fatal("timeline")
+	}
+	if len(c.BandsMeta) == 0 || len(c.BandsMeta) != len(c.Bands) || len(c.Colors) != len(c.BandsMeta) {
+		t.Fatalf("%d bands, %d metas, %d colours", len(c.Bands), len(c.BandsMeta), len(c.Colors))
+	}
+	for i, b := range c.BandsMeta {
+		if b.Other {
+			continue
+		}
+		if b.Site != "train.py:112" || b.Category != "parameter" {
+			t.Errorf("window band %d: %s %s", i, b.Site, b.Category)
+		}
+		for k, wb := range whole.Timeline.Bands {
+			if wb.Site == b.Site && whole.Colors[k] != c.Colors[i] {
+				t.Errorf("%s is %s in the window, %s over the trace", b.Site, c.Colors[i], whole.Colors[k])
+			}
+		}
+	}
+	var plain Columns
+	if get(t, h, "/api/timeline?device=0&start=0&end=20&cols=20", &plain) != 200 || plain.BandsMeta != nil || len(plain.Bands) != len(whole.Timeline.Bands) {
+		t.Errorf("plain zoom: %d bands, metas %v", len(plain.Bands), plain.BandsMeta != nil)
+	}
+}

@@ -72,6 +72,16 @@ type device struct {
 	tb     *analysis.TimelineBands
 	meta   *analysis.TimelineResult
 	colors []string
+	// win: the bands chosen over the last window asked for (Zoom with windowBands).
+	winMu sync.Mutex
+	win   *windowBands
+}
+
+// windowBands is a choice of bands over one window.
+type windowBands struct {
+	start, end int
+	tb         *analysis.TimelineBands
+	colors     []string
 }
 
 // New makes a viewer of snap.
@@ -291,11 +301,25 @@ type Columns struct {
 	// Peak in the window.
 	PeakBytes int64 `json:"peak_bytes"`
 	PeakEvent int   `json:"peak_event"`
+	// BandsMeta and Colors: the bands chosen over this window (the sites highest in it) when
+	// asked for with bands=window; absent, Bands follow the device's bands (the whole trace's).
+	BandsMeta []analysis.TimelineBand `json:"bands_meta,omitempty"`
+	Colors    []string                `json:"colors,omitempty"`
 }
 
 // Zoom cuts events [start, end) of device dev into cols columns (the answer behind
 // /api/timeline).
 func (s *Server) Zoom(ctx context.Context, dev, start, end, cols int) (*Columns, error) {
+	return s.zoom(ctx, dev, start, end, cols, false)
+}
+
+// ZoomWindowBands is Zoom with the bands chosen over the window itself (the top sites by their
+// highest level in it, as plot --window draws them); the last window's choice is kept.
+func (s *Server) ZoomWindowBands(ctx context.Context, dev, start, end, cols int) (*Columns, error) {
+	return s.zoom(ctx, dev, start, end, cols, true)
+}
+
+func (s *Server) zoom(ctx context.Context, dev, start, end, cols int, window bool) (*Columns, error) {
 	d := s.device(ctx, dev)
 	if d.err != nil {
 		return nil, d.err
@@ -303,14 +327,26 @@ func (s *Server) Zoom(ctx context.Context, dev, start, end, cols int) (*Columns,
 	if cols <= 0 || cols > maxColumns {
 		return nil, fmt.Errorf("cols=%d: ask for 1 to %d columns", cols, maxColumns)
 	}
-	ser, err := d.tb.Series(start, end, cols, analysis.TimelineXEvent)
+	tb, nb := d.tb, len(d.meta.Bands)
+	var wb *windowBands
+	if window {
+		var err error
+		if wb, err = d.windowBands(ctx, start, end, s.opt.Top); err != nil {
+			return nil, err
+		}
+		tb, nb = wb.tb, len(wb.tb.Bands)
+	}
+	ser, err := tb.Series(start, end, cols, analysis.TimelineXEvent)
 	if err != nil {
 		return nil, err
 	}
 	n := len(ser.Columns)
 	c := &Columns{Start: ser.Start, End: ser.End, First: make([]int, n), Last: make([]int, n), MaxEvent: make([]int, n),
 		AllocMin: make([]int64, n), AllocMax: make([]int64, n), ResMin: make([]int64, n), ResMax: make([]int64, n),
-		Bands: make([][]int64, len(d.meta.Bands)), PeakEvent: -1}
+		Bands: make([][]int64, nb), PeakEvent: -1}
+	if wb != nil {
+		c.BandsMeta, c.Colors = wb.tb.Bands, wb.colors
+	}
 	for b := range c.Bands {
 		c.Bands[b] = make([]int64, n)
 	}
@@ -327,6 +363,21 @@ func (s *Server) Zoom(ctx context.Context, dev, start, end, cols int) (*Columns,
 	return c, nil
 }
 
+// windowBands chooses the bands over [start, end) (the last choice is reused).
+func (d *device) windowBands(ctx context.Context, start, end, top int) (*windowBands, error) {
+	d.winMu.Lock()
+	defer d.winMu.Unlock()
+	if d.win != nil && d.win.start == start && d.win.end == end {
+		return d.win, nil
+	}
+	tb, err := d.x.ChooseBands(ctx, start, end, top)
+	if err != nil {
+		return nil, err
+	}
+	d.win = &windowBands{start: start, end: end, tb: tb, colors: render.BandColors(tb.Bands)}
+	return d.win, nil
+}
+
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	var vals [4]int
 	for i, p := range []struct {
@@ -340,7 +391,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		}
 		vals[i] = v
 	}
-	c, err := s.Zoom(r.Context(), vals[0], vals[1], vals[2], vals[3])
+	c, err := s.zoom(r.Context(), vals[0], vals[1], vals[2], vals[3], r.URL.Query().Get("bands") == "window")
 	if err != nil {
 		fail(w, http.StatusBadRequest, "%v", err)
 		return

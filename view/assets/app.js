@@ -23,6 +23,7 @@ const S = {
   segDrawn: 0,
   lastZoomMS: 0,
   ready: false,
+  bands: [],           // the bands drawn: the whole trace's, or those chosen over the window
   allocMode: false,    // the per-allocation view
   allocs: null,        // the latest /api/allocations answer
   allocToken: 0,
@@ -155,6 +156,7 @@ async function loadDevice(dev) {
     $('mode').disabled = false;
     $('legend-title').textContent = 'Bands (the sites highest in the trace; bytes at the peak)';
     S.colors = S.tm.colors;
+    S.bands = tl.bands;
     S.events = tl.events;
     S.win = {start: 0, end: tl.events};
     let sub = `device ${dev} · ${fmtInt(tl.events)} events · allocated peak ${fmtBytes(tl.peak_allocated_bytes)} after event ${fmtInt(tl.peak_event)} · reserved peak ${fmtBytes(tl.peak_reserved_bytes)}`;
@@ -172,7 +174,7 @@ async function loadDevice(dev) {
 function buildLegend() {
   const ol = $('legend');
   ol.textContent = '';
-  const bands = S.tm.timeline.bands;
+  const bands = S.bands;
   for (let b = bands.length - 1; b >= 0; b--) {
     const band = bands[b];
     const li = el('li');
@@ -243,7 +245,9 @@ async function fetchColumns(delay) {
       if (t !== S.token) return;
       S.lastZoomMS = performance.now() - t0;
       S.data = d;
+      useBands(S.tm.timeline.bands, S.tm.colors);
       if (S.allocMode) { fetchAllocations(); return; }
+      if (d.start > 0 || d.end < S.events) fetchWindowBands(t, cols);
       $('status').textContent = `events ${fmtInt(d.start)}–${fmtInt(d.end - 1)} · ${d.first.length} columns (each keeps its events' minimum and maximum; pale above the minimum) · answered in ${S.lastZoomMS.toFixed(0)} ms · peak here ${fmtBytes(d.peak_bytes)} after event ${fmtInt(d.peak_event)}`;
       drawTimeline();
     } catch (e) {
@@ -531,7 +535,7 @@ function setupTimelineEvents() {
     }
     const h = hit(x, y);
     if (!h || h.band < 0) { tip.classList.add('hidden'); return; }
-    const band = S.tm.timeline.bands[h.band];
+    const band = S.bands[h.band];
     const d = S.data;
     const name = band.other ? `${band.sites} other sites` : siteName(band);
     tip.textContent = `${name}\n${band.other ? 'several roles' : band.category} · ${fmtBytes(h.bytes)}\nevents ${fmtInt(d.first[h.col])}–${fmtInt(d.last[h.col])} (at ${fmtInt(d.max_event[h.col])}: ${fmtBytes(d.alloc_max[h.col])} allocated)`;
@@ -574,7 +578,7 @@ function showDetails(title, rows, stack, note) {
 }
 
 function selectBand(b, col) {
-  const band = S.tm.timeline.bands[b];
+  const band = S.bands[b];
   for (const li of document.querySelectorAll('#legend li')) li.classList.toggle('selected', Number(li.dataset.band) === b);
   S.selected = {band: b, col};
   const rows = [];
@@ -1027,4 +1031,30 @@ function drawSegLabels(ctx, box) {
     ctx.fillStyle = '#333';
     ctx.fillText(label, box.left + 4, y + 1);
   }
+}
+
+// ---- bands chosen over the window shown ----------------------------------------------------
+
+// useBands switches the bands drawn (and the legend) when they change.
+function useBands(bands, colors) {
+  if (S.bands === bands) return;
+  S.bands = bands;
+  S.colors = colors;
+  if (bands === S.tm.timeline.bands) $('legend-title').textContent = 'Bands (the sites highest in the trace; bytes at the peak)';
+  buildLegend();
+}
+
+// fetchWindowBands asks, once a zoom has settled, for the same columns with the bands chosen
+// over the window (the sites highest in it), and draws those.
+async function fetchWindowBands(token, cols) {
+  await new Promise(res => setTimeout(res, 250));
+  if (token !== S.token || S.allocMode) return;
+  try {
+    const d = await getJSON(`/api/timeline?device=${S.dev}&start=${S.win.start}&end=${S.win.end}&cols=${cols}&bands=window`);
+    if (token !== S.token || S.allocMode) return;
+    S.data = d;
+    useBands(d.bands_meta, d.colors);
+    $('legend-title').textContent = `Bands (the sites highest in events ${fmtInt(d.start)}–${fmtInt(d.end - 1)}; bytes at the window's peak)`;
+    drawTimeline();
+  } catch (e) { /* the whole trace's bands stay */ }
 }
