@@ -235,7 +235,6 @@ func (t *timelinePlot) Plot(c draw.Canvas, p *plot.Plot) {
 	}
 	c.FillPolygon(washColor, c.ClipPolygonXY(wash))
 	c.StrokeLines(draw.LineStyle{Color: minColor, Width: px(1)}, c.ClipLinesXY(minLine)...)
-	t.drawPhases(c, trX, false)
 	// The peak's column, at least a pixel wide: a one-event peak in a column thinner than a
 	// pixel would vanish and leave its dot floating.
 	if pc := peakColumn(s, t.r.PeakEvent); pc >= 0 {
@@ -254,6 +253,7 @@ func (t *timelinePlot) Plot(c draw.Canvas, p *plot.Plot) {
 			}
 		}
 	}
+	t.drawPhases(c, trX, false)
 	// Reserved: the column maximum as a step line.
 	res := make([]vg.Point, 0, 2*n)
 	for ci, col := range s.Columns {
@@ -318,6 +318,9 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 		label := siteName(b.SiteIdentity)
 		if b.Other {
 			label = fmt.Sprintf("%d other sites", b.Sites)
+			if b.Sites == 1 {
+				label = "1 other site"
+			}
 		}
 		c.FillText(name, vg.Point{X: x + px(22), Y: y - px(5)}, clipText(label, 46))
 		if entry >= 30 {

@@ -182,7 +182,7 @@ function buildLegend() {
     const sw = el('span', 'swatch');
     sw.style.background = S.colors[b];
     li.appendChild(sw);
-    li.appendChild(el('span', 'name', band.other ? `${band.sites} other sites` : siteName(band)));
+    li.appendChild(el('span', 'name', band.other ? (band.sites === 1 ? '1 other site' : `${band.sites} other sites`) : siteName(band)));
     const sub = band.other ? `${fmtBytes(band.bytes_at_peak)} at the peak` : `${band.category} · ${fmtBytes(band.bytes_at_peak)} at the peak (${band.percent.toFixed(1)}%)`;
     const upTo = band.max_bytes > band.bytes_at_peak ? ` · up to ${fmtBytes(band.max_bytes)}` : '';
     li.appendChild(el('span', 'sub', sub + upTo));
@@ -537,7 +537,7 @@ function setupTimelineEvents() {
     if (!h || h.band < 0) { tip.classList.add('hidden'); return; }
     const band = S.bands[h.band];
     const d = S.data;
-    const name = band.other ? `${band.sites} other sites` : siteName(band);
+    const name = band.other ? (band.sites === 1 ? '1 other site' : `${band.sites} other sites`) : siteName(band);
     tip.textContent = `${name}\n${band.other ? 'several roles' : band.category} · ${fmtBytes(h.bytes)}\nevents ${fmtInt(d.first[h.col])}–${fmtInt(d.last[h.col])} (at ${fmtInt(d.max_event[h.col])}: ${fmtBytes(d.alloc_max[h.col])} allocated)`;
     tip.classList.remove('hidden');
     const left = Math.min(x + 14, c.clientWidth - tip.offsetWidth - 4);
@@ -595,7 +595,7 @@ function selectBand(b, col) {
   }
   rows.push(['at the peak', `${fmtBytes(band.bytes_at_peak)} in ${fmtInt(band.blocks_at_peak)} blocks (${band.percent.toFixed(1)}%)`]);
   rows.push(['highest', fmtBytes(band.max_bytes)]);
-  const title = band.other ? `${band.sites} other sites` : siteName(band);
+  const title = band.other ? (band.sites === 1 ? '1 other site' : `${band.sites} other sites`) : siteName(band);
   showDetails(title, rows, band.stack, band.evidence);
 }
 
