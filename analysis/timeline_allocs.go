@@ -232,3 +232,6 @@ func (x *TimelineIndex) phases(start, end int) []TimelinePhase {
 	}
 	return out
 }
+
+// Phases lists the phase runs overlapping events [start, end) (see TimelineResult.Phases).
+func (x *TimelineIndex) Phases(start, end int) []TimelinePhase { return x.phases(start, end) }

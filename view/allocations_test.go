@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis"
@@ -173,5 +174,17 @@ func TestZoomWindowBands(t *testing.T) {
 	var plain Columns
 	if get(t, h, "/api/timeline?device=0&start=0&end=20&cols=20", &plain) != 200 || plain.BandsMeta != nil || len(plain.Bands) != len(whole.Timeline.Bands) {
 		t.Errorf("plain zoom: %d bands, metas %v", len(plain.Bands), plain.BandsMeta != nil)
+	}
+}
+
+// TestColumnPhases: each column takes the phase with the most events in it; an OOM's unwinding
+// wins its columns.
+func TestColumnPhases(t *testing.T) {
+	runs := []analysis.TimelinePhase{{Name: "setup", StartEvent: 0, EndEvent: 2}, {Name: "forward", StartEvent: 3, EndEvent: 12},
+		{Name: "backward", StartEvent: 13, EndEvent: 19}, {Name: analysis.PhaseOOMUnwinding, StartEvent: 18, EndEvent: 19}}
+	got := columnPhases(runs, []int{0, 5, 10, 15}, []int{4, 9, 14, 19})
+	want := []string{"setup", "forward", "forward", analysis.PhaseOOMUnwinding}
+	if !slices.Equal(got, want) {
+		t.Errorf("phases %v, want %v", got, want)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,6 +136,9 @@ func (s *Server) device(ctx context.Context, dev int) *device {
 			d.err = err
 			return
 		}
+		// The phase runs go with each zoom answer, one per column (a long trace has hundreds of
+		// thousands).
+		meta.Phases = []analysis.TimelinePhase{}
 		d.x, d.tb, d.meta, d.colors = x, tb, meta, render.BandColors(meta.Bands)
 	})
 	return d
@@ -301,6 +305,10 @@ type Columns struct {
 	// Peak in the window.
 	PeakBytes int64 `json:"peak_bytes"`
 	PeakEvent int   `json:"peak_event"`
+	// Phase is each column's phase: the one with the most events in it (setup, forward,
+	// backward, optimizer, oom_unwinding; "" for none): the phase strip at the column's level
+	// of detail.
+	Phase []string `json:"phase"`
 	// BandsMeta and Colors: the bands chosen over this window (the sites highest in it) when
 	// asked for with bands=window; absent, Bands follow the device's bands (the whole trace's).
 	BandsMeta []analysis.TimelineBand `json:"bands_meta,omitempty"`
@@ -360,7 +368,40 @@ func (s *Server) zoom(ctx context.Context, dev, start, end, cols int, window boo
 			c.PeakBytes, c.PeakEvent = col.MaxAllocated, col.MaxEvent
 		}
 	}
+	c.Phase = columnPhases(d.x.Phases(c.Start, c.End), c.First, c.Last)
 	return c, nil
+}
+
+// columnPhases is the phase with the most events in each column (events first[k]..last[k]);
+// an OOM's unwinding wins its columns over the phase it interrupted.
+func columnPhases(runs []analysis.TimelinePhase, first, last []int) []string {
+	n := len(first)
+	out := make([]string, n)
+	best := make([]int, n)
+	counts := map[string][]int{}
+	for _, r := range runs {
+		cs := counts[r.Name]
+		if cs == nil {
+			cs = make([]int, n)
+			counts[r.Name] = cs
+		}
+		// The columns the run overlaps: from the last column starting at or before it.
+		k := max(sort.SearchInts(first, r.StartEvent+1)-1, 0)
+		for ; k < n && first[k] <= r.EndEvent; k++ {
+			if ov := min(last[k], r.EndEvent) - max(first[k], r.StartEvent) + 1; ov > 0 {
+				cs[k] += ov
+			}
+		}
+	}
+	for _, name := range []string{analysis.PhaseSetup, "forward", "backward", "optimizer", analysis.PhaseOOMUnwinding} {
+		cs := counts[name]
+		for k, v := range cs {
+			if v > best[k] || (v > 0 && name == analysis.PhaseOOMUnwinding) {
+				best[k], out[k] = v, name
+			}
+		}
+	}
+	return out
 }
 
 // windowBands chooses the bands over [start, end) (the last choice is reused).

@@ -826,12 +826,15 @@ function drawSteps(ctx, box, tl) {
 const phaseColors = {setup: '#b8c4d6', forward: '#8cc084', backward: '#f0a85c', optimizer: '#a78bc9', oom_unwinding: '#e57373'};
 
 function drawPhases(ctx, box, tl) {
-  const ph = tl.phases || [];
-  for (const p of ph) {
-    if (p.end_event < S.win.start || p.start_event >= S.win.end) continue;
-    const xa = Math.max(xOf(p.start_event, box), box.left), xb = Math.min(xOf(p.end_event + 1, box), box.right);
-    ctx.fillStyle = phaseColors[p.name] || '#ccc';
-    ctx.fillRect(xa, box.bottom - 6, Math.max(xb - xa, 0.5), 6);
+  // one piece of strip per column: the phase with the most events there (from the server)
+  const d = S.data;
+  if (!d || !d.phase) return;
+  for (let k = 0; k < d.first.length; k++) {
+    const name = d.phase[k];
+    if (!name) continue;
+    const xa = xOf(d.first[k], box), xb = Math.max(xOf(d.last[k] + 1, box), xa + 1);
+    ctx.fillStyle = phaseColors[name] || '#ccc';
+    ctx.fillRect(xa, box.bottom - 6, xb - xa + 0.3, 6);
   }
 }
 
