@@ -58,8 +58,10 @@ type Server struct {
 	choiceOnce   sync.Once
 }
 
-// defaultDevice is the device the page opens (analysis.ChooseDevice: the one with an OOM,
+// DefaultDevice is the device the page opens (analysis.ChooseDevice: the one with an OOM,
 // else the highest allocated peak).
+func (s *Server) DefaultDevice() int { return s.defaultDevice() }
+
 func (s *Server) defaultDevice() int {
 	s.choiceOnce.Do(func() { s.choice, _ = analysis.ChooseDevice(s.snap, nil) })
 	return s.choice.Device

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/view"
 )
 
@@ -65,8 +64,8 @@ file without a trace lists its top sites beside it.`,
 			}
 			snap.Compact()
 			srv := view.New(snap, view.Options{Attribution: af.options(), Top: top, AnyHost: allowRemote})
-			if dev, err := analysis.PictureDevice(snap, nil); err == nil { // the page opens on it
-				if err := srv.Prepare(c.Context(), dev); err != nil {
+			if len(snap.Devices()) > 0 { // the page opens on its default device: index it now
+				if err := srv.Prepare(c.Context(), srv.DefaultDevice()); err != nil {
 					return err
 				}
 			}
