@@ -235,14 +235,15 @@ func (t *timelinePlot) Plot(c draw.Canvas, p *plot.Plot) {
 	}
 	c.FillPolygon(washColor, c.ClipPolygonXY(wash))
 	c.StrokeLines(draw.LineStyle{Color: minColor, Width: px(1)}, c.ClipLinesXY(minLine)...)
-	// The peak's column, at least a pixel wide: a one-event peak in a column thinner than a
-	// pixel would vanish and leave its dot floating.
+	// The peak's column, at least three pixels wide: a one-event peak in a column thinner than
+	// a pixel would vanish (or hide under the drop line) and leave its dot floating.
 	if pc := peakColumn(s, t.r.PeakEvent); pc >= 0 {
 		col := s.Columns[pc]
 		x0, x1 := trX(t.x.edges[pc]), trX(t.x.edges[pc+1])
-		if w := x1 - x0; w < px(1.5) {
-			mid := (x0 + x1) / 2
-			x0, x1 = mid-px(0.75), mid+px(0.75)
+		if w := x1 - x0; w < px(3) {
+			// Three pixels about the peak's drop line, so the column shows on both sides of it.
+			mid := trX(t.x.at(t.r.PeakEvent))
+			x0, x1 = mid-px(1.5), mid+px(1.5)
 		}
 		var acc float64
 		for b, v := range col.Bands {
