@@ -218,3 +218,34 @@ func TestSawtoothPixels(t *testing.T) {
 		t.Errorf("the last step labelled is %d of 3000", last)
 	}
 }
+
+// TestCountTickLabel: neighbouring event ticks never read the same, near a million as near zero.
+func TestCountTickLabel(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{1_000_000, 1_000_900, []string{"1,000,000", "1,000,200", "1,000,400"}},
+		{0, 1_672_696, []string{"0", "0.25M", "0.50M"}},
+		{999_000, 1_001_000, []string{"999,000", "999,250", "999,500"}},
+		{0, 80_000, []string{"0", "10k", "20k"}},
+		{40_000, 40_100, []string{"40,000", "40,020", "40,040"}},
+		{0, 900, []string{"0", "200", "400"}},
+	} {
+		step := niceStep(c.hi-c.lo, 8)
+		tk := ticks(c.lo, c.hi, 8, CountTickLabel(step, math.Max(math.Abs(c.lo), math.Abs(c.hi))))
+		seen := map[string]bool{}
+		for _, k := range tk {
+			if seen[k.Label] {
+				t.Errorf("%v..%v: label %q twice in %v", c.lo, c.hi, k.Label, tk)
+			}
+			seen[k.Label] = true
+		}
+		for i, w := range c.want {
+			if i >= len(tk) || tk[i].Label != w {
+				t.Errorf("%v..%v: ticks %v, want %v first", c.lo, c.hi, tk, c.want)
+				break
+			}
+		}
+	}
+}
