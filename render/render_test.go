@@ -249,3 +249,30 @@ func TestCountTickLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestBandColorsDistinct: ten activation sites get ten different shades of the activation hue;
+// a site keeps its shade in another picture whose other bands differ.
+func TestBandColorsDistinct(t *testing.T) {
+	var bands []analysis.TimelineBand
+	for i := range 10 {
+		bands = append(bands, analysis.TimelineBand{SiteIdentity: analysis.SiteIdentity{Site: "model.py:" + strconv.Itoa(40+i), File: "/p/model.py", Line: int64(40 + i), Function: "forward"},
+			Category: analysis.CategoryActivation, MaxBytes: int64(100 - i)})
+	}
+	bands = append(bands, analysis.TimelineBand{Other: true, Category: analysis.CategoryOther})
+	got := BandColors(bands)
+	seen := map[string]int{}
+	for i, c := range got[:10] {
+		if j, ok := seen[c]; ok {
+			t.Errorf("bands %d and %d share %s", j, i, c)
+		}
+		seen[c] = i
+	}
+	if got[10] != "#cfcfcf" {
+		t.Errorf("other band %s", got[10])
+	}
+	// The largest site alone with a parameter band: the same shade.
+	again := BandColors([]analysis.TimelineBand{bands[0], {SiteIdentity: analysis.SiteIdentity{Site: "train.py:112"}, Category: analysis.CategoryParameter, MaxBytes: 5}})
+	if again[0] != got[0] {
+		t.Errorf("model.py:40 is %s here, %s there", again[0], got[0])
+	}
+}
