@@ -329,6 +329,9 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 			if b.Other {
 				detail = fmt.Sprintf("%s (%.1f%%)", analysis.FormatBytes(b.BytesAtPeak), b.Percent)
 			}
+			if b.MaxBytes > b.BytesAtPeak {
+				detail += " · up to " + analysis.FormatBytes(b.MaxBytes)
+			}
 			c.FillText(sub, vg.Point{X: x + px(22), Y: y - px(20)}, detail)
 		}
 		y -= px(entry)
