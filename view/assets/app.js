@@ -134,6 +134,12 @@ async function init() {
 
 async function loadDevice(dev) {
   S.dev = dev;
+  // a new device opens on its bands (the per-allocation view asks again)
+  S.allocMode = false;
+  S.allocs = null;
+  S.pinned = -1;
+  $('mode').textContent = 'Allocations';
+  $('legend-section').classList.remove('hidden');
   S.data = null;
   S.selected = null;
   S.selectedEvent = -1;
