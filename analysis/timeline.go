@@ -1049,6 +1049,11 @@ func Timeline(ctx context.Context, snap *snapshot.Snapshot, opt TimelineOptions)
 	}
 	r.Series, r.X, r.Columns = s, s.X, len(s.Columns)
 	r.Envelope = EnvelopeOf(s)
+	if n := len(r.Phases); n > len(s.Columns) && s.X == TimelineXEvent {
+		// More phase runs than columns: the runs as drawn, one phase per column.
+		r.Phases = phasesAsDrawn(r.Phases, s)
+		r.Notes = append(r.Notes, fmt.Sprintf("%d phase runs in the window, more than its %d columns: phases lists them as drawn (%s: each column takes the phase with the most events)", n, len(s.Columns), count(len(r.Phases), "run")))
+	}
 	return r, nil
 }
 

@@ -235,3 +235,57 @@ func (x *TimelineIndex) phases(start, end int) []TimelinePhase {
 
 // Phases lists the phase runs overlapping events [start, end) (see TimelineResult.Phases).
 func (x *TimelineIndex) Phases(start, end int) []TimelinePhase { return x.phases(start, end) }
+
+// ColumnPhases is the phase with the most events in each column (events first[k]..last[k],
+// first increasing): setup, forward, backward, optimizer or oom_unwinding, "" for none. An OOM's
+// unwinding wins the columns it touches over the phase it interrupted.
+func ColumnPhases(runs []TimelinePhase, first, last []int) []string {
+	n := len(first)
+	out := make([]string, n)
+	best := make([]int, n)
+	counts := map[string][]int{}
+	for _, r := range runs {
+		cs := counts[r.Name]
+		if cs == nil {
+			cs = make([]int, n)
+			counts[r.Name] = cs
+		}
+		// The columns the run overlaps: from the last column starting at or before it.
+		k := max(sort.SearchInts(first, r.StartEvent+1)-1, 0)
+		for ; k < n && first[k] <= r.EndEvent; k++ {
+			if ov := min(last[k], r.EndEvent) - max(first[k], r.StartEvent) + 1; ov > 0 {
+				cs[k] += ov
+			}
+		}
+	}
+	for _, name := range []string{PhaseSetup, "forward", "backward", "optimizer", PhaseOOMUnwinding} {
+		for k, v := range counts[name] {
+			if v > best[k] || (v > 0 && name == PhaseOOMUnwinding) {
+				best[k], out[k] = v, name
+			}
+		}
+	}
+	return out
+}
+
+// phasesAsDrawn is the phase runs at a series' level of detail: each column takes the phase
+// with the most events in it (ColumnPhases), and neighbouring columns of one phase make one run.
+func phasesAsDrawn(runs []TimelinePhase, s *TimelineSeries) []TimelinePhase {
+	first, last := make([]int, len(s.Columns)), make([]int, len(s.Columns))
+	for k, c := range s.Columns {
+		first[k], last[k] = c.First, max(c.Last, c.First)
+	}
+	names := ColumnPhases(runs, first, last)
+	out := []TimelinePhase{}
+	for k, name := range names {
+		if name == "" {
+			continue
+		}
+		if m := len(out); m > 0 && out[m-1].Name == name && k > 0 && names[k-1] == name {
+			out[m-1].EndEvent = last[k]
+			continue
+		}
+		out = append(out, TimelinePhase{Name: name, StartEvent: first[k], EndEvent: last[k]})
+	}
+	return out
+}

@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -374,36 +373,9 @@ func (s *Server) zoom(ctx context.Context, dev, start, end, cols int, window boo
 	return c, nil
 }
 
-// columnPhases is the phase with the most events in each column (events first[k]..last[k]);
-// an OOM's unwinding wins its columns over the phase it interrupted.
+// columnPhases is the phase with the most events in each column (analysis.ColumnPhases).
 func columnPhases(runs []analysis.TimelinePhase, first, last []int) []string {
-	n := len(first)
-	out := make([]string, n)
-	best := make([]int, n)
-	counts := map[string][]int{}
-	for _, r := range runs {
-		cs := counts[r.Name]
-		if cs == nil {
-			cs = make([]int, n)
-			counts[r.Name] = cs
-		}
-		// The columns the run overlaps: from the last column starting at or before it.
-		k := max(sort.SearchInts(first, r.StartEvent+1)-1, 0)
-		for ; k < n && first[k] <= r.EndEvent; k++ {
-			if ov := min(last[k], r.EndEvent) - max(first[k], r.StartEvent) + 1; ov > 0 {
-				cs[k] += ov
-			}
-		}
-	}
-	for _, name := range []string{analysis.PhaseSetup, "forward", "backward", "optimizer", analysis.PhaseOOMUnwinding} {
-		cs := counts[name]
-		for k, v := range cs {
-			if v > best[k] || (v > 0 && name == analysis.PhaseOOMUnwinding) {
-				best[k], out[k] = v, name
-			}
-		}
-	}
-	return out
+	return analysis.ColumnPhases(runs, first, last)
 }
 
 // windowBands chooses the bands over [start, end) (the last choice is reused).
