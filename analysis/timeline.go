@@ -142,8 +142,11 @@ type TimelineResult struct {
 	OOMs  []TimelineOOM  `json:"ooms"`
 	Steps TimelineSteps  `json:"steps"`
 	// Phases are the runs of setup, forward, backward, optimizer and OOM-unwinding events in the
-	// window (every one).
-	Phases        []TimelinePhase `json:"phases"`
+	// window: every one, or as drawn when there are more than columns (PhasesAsDrawn).
+	Phases []TimelinePhase `json:"phases"`
+	// PhasesAsDrawn: the window has more phase runs than columns, so Phases lists them as
+	// drawn (each column the phase with the most events in it).
+	PhasesAsDrawn bool            `json:"phases_as_drawn"`
 	SegmentBursts []TimelineBurst `json:"segment_bursts"`
 	Notes         []string        `json:"notes"`
 	// Envelope is what each column drew (Timeline fills it): the lowest and highest allocated
@@ -1051,7 +1054,7 @@ func Timeline(ctx context.Context, snap *snapshot.Snapshot, opt TimelineOptions)
 	r.Envelope = EnvelopeOf(s)
 	if n := len(r.Phases); n > len(s.Columns) && s.X == TimelineXEvent {
 		// More phase runs than columns: the runs as drawn, one phase per column.
-		r.Phases = phasesAsDrawn(r.Phases, s)
+		r.Phases, r.PhasesAsDrawn = phasesAsDrawn(r.Phases, s), true
 		r.Notes = append(r.Notes, fmt.Sprintf("%d phase runs in the window, more than its %d columns: phases lists them as drawn (%s: each column takes the phase with the most events)", n, len(s.Columns), count(len(r.Phases), "run")))
 	}
 	return r, nil

@@ -462,7 +462,7 @@ func (t *timelinePlot) drawPhases(c draw.Canvas, trX func(float64) vg.Length, wa
 		return
 	}
 	width := float64((c.Max.X - c.Min.X) / px(1))
-	wide := width/float64(len(ph)) >= 12
+	wide := width/float64(len(ph)) >= 12 && !t.r.PhasesAsDrawn
 	if washOnly && !wide {
 		return
 	}

@@ -466,6 +466,7 @@ var fieldDocs = map[string]string{
 	"TimelinePhase.StartEvent":              "First trace event of the run",
 	"TimelinePhase.EndEvent":                "Last trace event of the run (inclusive)",
 	"TimelineResult.Phases":                 "Runs of events in one phase, drawn as a strip along the bottom",
+	"TimelineResult.PhasesAsDrawn":          "More phase runs than columns: phases lists them as drawn, each column the phase with the most events in it",
 	"TimelineResult.Envelope":               "What each column drew (this answer merges columns into at most 200): its events and their lowest and highest allocated bytes",
 	"TimelineEnvelope.StartEvent":           "First trace event of the column",
 	"TimelineEnvelope.EndEvent":             "Last trace event of the column (inclusive)",
