@@ -380,7 +380,7 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 					k++
 				}
 			}
-		}, "phases (strip): " + strings.Join(names, ", ")})
+		}, phaseLegend(r.PhasesAsDrawn) + strings.Join(names, ", ")})
 	}
 	if len(r.OOMs) > 0 {
 		markers = append(markers, struct {
@@ -571,3 +571,11 @@ var (
 	washColor = premultiply(color.RGBA{0xff, 0xff, 0xff, 0x9c})
 	minColor  = color.RGBA{0x55, 0x55, 0x55, 0xff}
 )
+
+// phaseLegend is the legend's head of the phase strip.
+func phaseLegend(asDrawn bool) string {
+	if asDrawn {
+		return "phases (strip; each pixel the one with most events): "
+	}
+	return "phases (strip): "
+}
