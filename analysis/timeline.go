@@ -104,8 +104,14 @@ type TimelineBurst struct {
 type TimelineSteps struct {
 	Source string `json:"source"`
 	Count  int    `json:"count"`
-	// StartEvents are the first events of the steps inside the window (at most 1000).
+	// FirstStep is the number of the first step inside the window (0-based: the steps that
+	// start before the window count).
+	FirstStep int `json:"first_step"`
+	// StartEvents are the first events of every step inside the window (a bounded answer keeps
+	// some of them evenly spaced: Summary then says how many).
 	StartEvents []int `json:"start_events"`
+	// Summary stands for the step starts left out of a bounded answer (nil: every one is listed).
+	Summary *TimelineStepsSummary `json:"summary,omitempty"`
 }
 
 // TimelineResult is what a timeline picture draws, as numbers: the window, the allocated peak
@@ -132,13 +138,41 @@ type TimelineResult struct {
 	EndAllocated       int64 `json:"end_allocated_bytes"`
 	EndReserved        int64 `json:"end_reserved_bytes"`
 	// Bands, in stacking order; the other band (if any) last.
-	Bands         []TimelineBand  `json:"bands"`
-	OOMs          []TimelineOOM   `json:"ooms"`
-	Steps         TimelineSteps   `json:"steps"`
+	Bands []TimelineBand `json:"bands"`
+	OOMs  []TimelineOOM  `json:"ooms"`
+	Steps TimelineSteps  `json:"steps"`
+	// Phases are the runs of setup, forward, backward, optimizer and OOM-unwinding events in the
+	// window: every one, or as drawn when there are more than columns (PhasesAsDrawn).
+	Phases []TimelinePhase `json:"phases"`
+	// PhasesAsDrawn: the window has more phase runs than columns, so Phases lists them as
+	// drawn (each column the phase with the most events in it).
+	PhasesAsDrawn bool            `json:"phases_as_drawn"`
 	SegmentBursts []TimelineBurst `json:"segment_bursts"`
 	Notes         []string        `json:"notes"`
+	// Envelope is what each column drew (Timeline fills it): the lowest and highest allocated
+	// bytes after its events.
+	Envelope []TimelineEnvelope `json:"envelope,omitempty"`
 	// Series is the columns drawn.
 	Series *TimelineSeries `json:"-"`
+}
+
+// TimelineEnvelope is one column of a timeline: events StartEvent..EndEvent (inclusive; a
+// column of a time axis with no event of its own has StartEvent > EndEvent and shows the state
+// after EndEvent) and the lowest and highest allocated bytes after them.
+type TimelineEnvelope struct {
+	StartEvent        int   `json:"start_event"`
+	EndEvent          int   `json:"end_event"`
+	MinAllocatedBytes int64 `json:"min_allocated_bytes"`
+	MaxAllocatedBytes int64 `json:"max_allocated_bytes"`
+}
+
+// EnvelopeOf is the envelope of a series' columns.
+func EnvelopeOf(s *TimelineSeries) []TimelineEnvelope {
+	out := make([]TimelineEnvelope, len(s.Columns))
+	for i, c := range s.Columns {
+		out[i] = TimelineEnvelope{StartEvent: c.First, EndEvent: c.Last, MinAllocatedBytes: c.MinAllocated, MaxAllocatedBytes: c.MaxAllocated}
+	}
+	return out
 }
 
 // TimelineSeries is a window cut into columns.
@@ -202,6 +236,8 @@ type TimelineIndex struct {
 	// late in the trace by going back from the end (engineSeed.allocatedBefore).
 	seed *engineSeed
 	end  *engine
+	// allocs: every allocation with its alloc and free events
+	allocs allocIndex
 }
 
 // NewTimelineIndex replays device opt.Device of snap once (the replay engine) and indexes it.
@@ -258,20 +294,30 @@ func NewTimelineIndex(ctx context.Context, snap *snapshot.Snapshot, opt Timeline
 		}
 		return idOf(roles.attr(b.stack).SiteIdentity)
 	}
-	e.eachLive(func(_ uint64, b *liveBlk) {
+	e.eachLive(func(addr uint64, b *liveBlk) {
 		if !b.pending {
 			s := siteOf(b)
 			for int(s) >= len(x.startSite) {
 				x.startSite = append(x.startSite, 0)
 			}
 			x.startSite[s] += b.size
+			x.allocs.addPre(addr, b.size, b.stack, s)
 		}
 	})
+	x.allocs.sortPre()
+	nAllocs := 0
+	for i := range x.evs {
+		if x.evs[i].Action == snapshot.ActionAlloc {
+			nAllocs++
+		}
+	}
+	x.allocs.list = slices.Grow(x.allocs.list, nAllocs)
 	cur := -1
 	e.onFree = func(i int, b *liveBlk) {
 		if i == cur {
 			x.site[i] = siteOf(b)
 		}
+		x.allocs.freed(i, b.allocIdx, x.evs[i].Addr)
 	}
 	// Of the roles the walk reads only the stacks' attributions, through the table that is
 	// safe on any goroutine (Roles.attr: the Attributor's own cache is not): the roles'
@@ -325,6 +371,7 @@ func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf fu
 			if b := e.liveAt(i); b != nil && !b.pending {
 				old = b
 				x.extra[i] = [2]siteDelta{{siteOf(b), -b.size}, {}}
+				x.allocs.freed(i, b.allocIdx, ev.Addr)
 			}
 		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentFree, snapshot.ActionSegmentMap, snapshot.ActionSegmentUnmap:
 			x.hasSegEvents = true
@@ -340,6 +387,7 @@ func (x *TimelineIndex) walk(ctx context.Context, e *engine, cur *int, siteOf fu
 			} else {
 				x.site[i] = s
 			}
+			x.allocs.list = append(x.allocs.list, Allocation{Addr: ev.Addr, Size: ev.Size, AllocEvent: int32(i), FreeEvent: -1, Stack: ev.Stack, site: s})
 		}
 		x.alloc[i], x.res[i] = e.allocated, e.reserved
 	}
@@ -446,6 +494,19 @@ type TimelineBands struct {
 	peakEvent int
 }
 
+// siteAgg is a site's blocks at a timeline's peak: bytes, blocks, roles, its largest block.
+type siteAgg struct {
+	id     SiteIdentity
+	bytes  int64
+	blocks int
+	roles  []RoleBytes
+	cat    string
+	ev     string
+	top    int64
+	stack  snapshot.StackID
+	rows   []int // the site's rows, in order
+}
+
 // roleRank orders bands: memory that lives long at the bottom, what comes and goes on top.
 var roleRank = map[string]int{CategoryParameter: 0, CategoryOptimizerState: 1, CategoryGradient: 2,
 	CategoryWorkspace: 3, CategoryKVCache: 4, CategoryCommunication: 5, CategoryUserContainer: 6,
@@ -468,17 +529,6 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 		return nil, err
 	}
 	rows, _ := pe.liveSites(x.roles, x.dev, 0)
-	type siteAgg struct {
-		id     SiteIdentity
-		bytes  int64
-		blocks int
-		roles  []RoleBytes
-		cat    string
-		ev     string
-		top    int64
-		stack  snapshot.StackID
-		rows   []int // the site's rows, in order
-	}
 	byKey := map[string]*siteAgg{}
 	var order []*siteAgg
 	var total int64
@@ -509,14 +559,43 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 	slices.SortStableFunc(order, func(a, b *siteAgg) int {
 		return siteOrder(a.bytes, b.bytes, a.id, b.id, a.cat, b.cat)
 	})
-	// The top sites get a band each, unless they hold under 0.5% of the peak (a band too thin
-	// to see, and a legend line wasted): those join the other band.
-	named := order
-	if len(named) > top {
-		named = named[:top]
+	// The top sites by their own highest level in the window (a site that peaks elsewhere, as
+	// gradients and a new optimizer state do after the activations' peak, still gets its band)
+	// get a band each, unless they never hold 0.5% of the window's peak (a band too thin to
+	// see, and a legend line wasted): those join the other band.
+	siteMax := x.siteMaxes(start, end)
+	windowPeak := x.stats(start, end-1).maxA
+	cands := make([]int32, 0, len(siteMax))
+	for s, m := range siteMax {
+		if m > 0 && m*200 >= windowPeak {
+			cands = append(cands, int32(s))
+		}
 	}
-	for len(named) > 1 && named[len(named)-1].bytes*200 < total {
-		named = named[:len(named)-1]
+	slices.SortStableFunc(cands, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(siteMax[b], siteMax[a]), strings.Compare(x.sites[a].key(), x.sites[b].key()))
+	})
+	if len(cands) > top {
+		cands = cands[:top]
+	}
+	var named []*siteAgg
+	var absent []*siteAgg // named sites holding nothing at the peak
+	for _, sid := range cands {
+		g := byKey[x.sites[sid].key()]
+		if g == nil {
+			g = &siteAgg{id: x.sites[sid], stack: snapshot.NoStack, roles: []RoleBytes{}}
+			absent = append(absent, g)
+		}
+		named = append(named, g)
+	}
+	if len(absent) > 0 {
+		x.roleOfAbsent(start, end, absent, func(g *siteAgg, a *Allocation) {
+			at := x.roles.Live(x.dev, a.Stack, a.Addr, a.Size, int(a.AllocEvent), int(min(a.freeOr(end), int32(end-1))))
+			g.cat, g.ev, g.top, g.stack = at.Category, at.Evidence, a.Size, a.Stack
+		})
+	}
+	inNamed := map[*siteAgg]bool{}
+	for _, g := range named {
+		inNamed[g] = true
 	}
 	// The representative stack of each named site: its largest block at the peak.
 	keyOf := map[string]int{}
@@ -580,7 +659,10 @@ func (x *TimelineIndex) ChooseBands(ctx context.Context, start, end, top int) (*
 		ob := TimelineBand{Band: other, SiteIdentity: SiteIdentity{Site: "other sites", Kind: SiteKindNone},
 			Category: CategoryOther, Other: true, Sites: rest, Roles: []RoleBytes{}, Stack: []string{}, StackID: int(snapshot.NoStack)}
 		cats := map[string]*RoleBytes{}
-		for _, g := range order[len(named):] {
+		for _, g := range order {
+			if inNamed[g] {
+				continue
+			}
 			ob.BytesAtPeak += g.bytes
 			ob.BlocksAtPeak += g.blocks
 			for _, r := range g.roles {
@@ -852,16 +934,18 @@ func (tb *TimelineBands) Result(start, end int) (*TimelineResult, error) {
 	steps := x.roles.Steps(x.dev)
 	r.Steps = TimelineSteps{Source: steps.Source, StartEvents: []int{}}
 	for _, s := range steps.Starts {
+		if s < start {
+			r.Steps.FirstStep++
+		}
 		if s >= start && s < end {
 			r.Steps.Count++
-			if len(r.Steps.StartEvents) < maxTimelineMarkers {
-				r.Steps.StartEvents = append(r.Steps.StartEvents, s)
-			}
+			r.Steps.StartEvents = append(r.Steps.StartEvents, s)
 		}
 	}
 	if r.Steps.Source == "" {
 		r.Steps.Source = IterationsNone
 	}
+	r.Phases = x.phases(start, end)
 	bursts, more := x.bursts(start, end)
 	r.SegmentBursts = bursts
 	r.Notes = x.notes(r, more)
@@ -936,9 +1020,6 @@ func (x *TimelineIndex) notes(r *TimelineResult, moreBursts int) []string {
 	if d := x.dev; d < len(x.snap.DroppedEvents) && x.snap.DroppedEvents[d] > 0 {
 		notes = append(notes, fmt.Sprintf("%d oldest events were dropped by the loader's event bound", x.snap.DroppedEvents[d]))
 	}
-	if r.Steps.Count > len(r.Steps.StartEvents) {
-		notes = append(notes, fmt.Sprintf("%d steps start in the window; the first %d are listed", r.Steps.Count, len(r.Steps.StartEvents)))
-	}
 	if moreBursts > 0 {
 		notes = append(notes, fmt.Sprintf("%d more segment-release bursts are not listed", moreBursts))
 	}
@@ -970,6 +1051,12 @@ func Timeline(ctx context.Context, snap *snapshot.Snapshot, opt TimelineOptions)
 		return nil, err
 	}
 	r.Series, r.X, r.Columns = s, s.X, len(s.Columns)
+	r.Envelope = EnvelopeOf(s)
+	if n := len(r.Phases); n > len(s.Columns) && s.X == TimelineXEvent {
+		// More phase runs than columns: the runs as drawn, one phase per column.
+		r.Phases, r.PhasesAsDrawn = phasesAsDrawn(r.Phases, s), true
+		r.Notes = append(r.Notes, fmt.Sprintf("%d phase runs in the window, more than its %d columns: phases lists them as drawn (%s: each column takes the phase with the most events)", n, len(s.Columns), count(len(r.Phases), "run")))
+	}
 	return r, nil
 }
 
@@ -982,7 +1069,7 @@ func (r *TimelineResult) Text() string {
 		fmt.Fprintf(&b, " (%.3f s into the window)", float64(r.PeakTimeUS-r.StartUS)/1e6)
 	}
 	fmt.Fprintf(&b, "; reserved peak %s after event %d\n", FormatBytes(r.PeakReservedBytes), r.PeakReservedEvent)
-	b.WriteString("  bands at the peak (bottom to top):\n")
+	b.WriteString("  bands, bottom to top (the sites highest anywhere in the window; bytes at the peak):\n")
 	for _, band := range r.Bands {
 		name := SiteText(band.Site, band.Function)
 		if band.Other {
@@ -1035,8 +1122,7 @@ const (
 // PictureOptions chooses a picture: its kind, device, window or moment, bands and columns.
 type PictureOptions struct {
 	Kind string `json:"kind"`
-	// Device: nil picks the device with the most trace events (or, without a trace, the most
-	// reserved memory).
+	// Device: nil picks the device with an OOM, else the highest allocated peak (ChooseDevice).
 	Device *int `json:"device"`
 	// Start, End: the timeline's window (End 0: the end of the trace).
 	Start int `json:"start"`
@@ -1051,52 +1137,37 @@ type PictureOptions struct {
 
 // PictureResult is the numbers a picture draws: a timeline or a segment map.
 type PictureResult struct {
-	Kind     string            `json:"kind"`
-	Timeline *TimelineResult   `json:"timeline,omitempty"`
-	Segments *SegmentMapResult `json:"segments,omitempty"`
+	Kind string `json:"kind"`
+	// Device is the device drawn; DeviceReason why (DeviceReason* constants), DeviceNote the
+	// same in words with what the other devices hold; Devices every device of the file.
+	Device       int                 `json:"device"`
+	DeviceReason string              `json:"device_reason"`
+	DeviceNote   string              `json:"device_note"`
+	Devices      []PictureDeviceInfo `json:"devices"`
+	Timeline     *TimelineResult     `json:"timeline,omitempty"`
+	Segments     *SegmentMapResult   `json:"segments,omitempty"`
 }
 
 // Text renders the numbers of the picture.
 func (p *PictureResult) Text() string {
+	head := ""
+	if len(p.Devices) > 1 {
+		head = p.DeviceNote + "\n"
+	}
 	if p.Timeline != nil {
-		return p.Timeline.Text()
+		return head + p.Timeline.Text()
 	}
 	if p.Segments != nil {
-		return p.Segments.Text()
+		return head + p.Segments.Text()
 	}
-	return ""
+	return head
 }
 
-// PictureDevice is the device a picture draws when none is given: the one with the most trace
-// events, else the one with the most reserved memory; a device the file lacks is an error.
+// PictureDevice is the device a picture draws when none is given (see ChooseDevice); a device
+// the file lacks is an error.
 func PictureDevice(snap *snapshot.Snapshot, device *int) (int, error) {
-	devs := snap.Devices()
-	if device != nil {
-		if !slices.Contains(devs, *device) {
-			return 0, fmt.Errorf("%s: no device %d (the file has devices %v)", snap.Path, *device, devs)
-		}
-		return *device, nil
-	}
-	if len(devs) == 0 {
-		return 0, fmt.Errorf("%s: the file has no segments and no trace events: nothing to draw", snap.Path)
-	}
-	best, bestEvents, bestRes := devs[0], -1, int64(-1)
-	for _, d := range devs {
-		events := 0
-		if d < len(snap.DeviceTraces) {
-			events = len(snap.DeviceTraces[d])
-		}
-		var res int64
-		for si := range snap.Segments {
-			if snap.Segments[si].Device == d {
-				res += snap.Segments[si].TotalSize
-			}
-		}
-		if events > bestEvents || (events == bestEvents && res > bestRes) {
-			best, bestEvents, bestRes = d, events, res
-		}
-	}
-	return best, nil
+	ch, err := ChooseDevice(snap, device)
+	return ch.Device, err
 }
 
 // Picture computes the numbers of a picture of snap (see Timeline and SegmentMap).
@@ -1104,23 +1175,79 @@ func Picture(ctx context.Context, snap *snapshot.Snapshot, opt PictureOptions) (
 	if snap == nil {
 		return nil, errors.New("picture: no snapshot")
 	}
-	dev, err := PictureDevice(snap, opt.Device)
+	ch, err := ChooseDevice(snap, opt.Device)
 	if err != nil {
 		return nil, err
 	}
+	dev := ch.Device
+	out := &PictureResult{Device: dev, DeviceReason: ch.Reason, DeviceNote: ch.Text, Devices: ch.Devices}
 	switch opt.Kind {
 	case "", PictureTimeline:
 		r, err := Timeline(ctx, snap, TimelineOptions{Device: dev, Start: opt.Start, End: opt.End, Top: opt.Top, Columns: opt.Columns, X: opt.X, Attribution: opt.Attribution})
 		if err != nil {
 			return nil, err
 		}
-		return &PictureResult{Kind: PictureTimeline, Timeline: r}, nil
+		out.Kind, out.Timeline = PictureTimeline, r
+		return out, nil
 	case PictureSegments:
 		r, err := SegmentMap(ctx, snap, SegmentMapOptions{Device: dev, At: opt.At, Attribution: opt.Attribution})
 		if err != nil {
 			return nil, err
 		}
-		return &PictureResult{Kind: PictureSegments, Segments: r}, nil
+		out.Kind, out.Segments = PictureSegments, r
+		return out, nil
 	}
 	return nil, fmt.Errorf("picture kind %q: use timeline or segments", opt.Kind)
+}
+
+// TimelineStepsSummary stands for a long list of step starts in a bounded answer.
+type TimelineStepsSummary struct {
+	// Listed is how many start events StartEvents keeps (evenly spaced over the window, the
+	// first and the last included); FirstStartEvent / LastStartEvent the first and last step
+	// starts in the window; MedianStepEvents the median events between two step starts.
+	Listed           int `json:"listed"`
+	FirstStartEvent  int `json:"first_start_event"`
+	LastStartEvent   int `json:"last_start_event"`
+	MedianStepEvents int `json:"median_step_events"`
+}
+
+// Bounded is a copy of r for an answer of bounded size: the envelope merged into at most
+// maxColumns columns (each the lowest minimum and highest maximum of the columns it merges),
+// at most maxSteps step starts listed (evenly spaced; Steps.Summary says so) and at most
+// maxPhases phase runs (the first ones; a note says how many are left out).
+func (r *TimelineResult) Bounded(maxColumns, maxSteps, maxPhases int) *TimelineResult {
+	out := *r
+	if n := len(r.Envelope); n > maxColumns && maxColumns > 0 {
+		env := make([]TimelineEnvelope, maxColumns)
+		for k := range maxColumns {
+			lo, hi := n*k/maxColumns, n*(k+1)/maxColumns
+			e := r.Envelope[lo]
+			for _, c := range r.Envelope[lo+1 : hi] {
+				e.EndEvent = c.EndEvent
+				e.MinAllocatedBytes = min(e.MinAllocatedBytes, c.MinAllocatedBytes)
+				e.MaxAllocatedBytes = max(e.MaxAllocatedBytes, c.MaxAllocatedBytes)
+			}
+			env[k] = e
+		}
+		out.Envelope = env
+	}
+	if st := r.Steps.StartEvents; len(st) > maxSteps && maxSteps >= 2 {
+		listed := make([]int, maxSteps)
+		for k := range maxSteps {
+			listed[k] = st[k*(len(st)-1)/(maxSteps-1)]
+		}
+		gaps := make([]int, len(st)-1)
+		for k := range gaps {
+			gaps[k] = st[k+1] - st[k]
+		}
+		slices.Sort(gaps)
+		out.Steps.StartEvents = listed
+		out.Steps.Summary = &TimelineStepsSummary{Listed: maxSteps, FirstStartEvent: st[0], LastStartEvent: st[len(st)-1], MedianStepEvents: gaps[len(gaps)/2]}
+	}
+	out.Notes = slices.Clone(r.Notes)
+	if len(r.Phases) > maxPhases && maxPhases >= 0 {
+		out.Phases = r.Phases[:maxPhases]
+		out.Notes = append(out.Notes, fmt.Sprintf("%d phase runs in the window; the first %d are listed", len(r.Phases), maxPhases))
+	}
+	return &out
 }

@@ -6,9 +6,11 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/sim"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -461,5 +463,112 @@ func TestTimelineSweepSplit(t *testing.T) {
 				t.Fatalf("window %v: checkpoint %d = %v, want %v", w, k, tb.cps[k], wantCps[k])
 			}
 		}
+	}
+}
+
+// TestChooseDeviceOOM: on a three-GPU file whose only OOM is on device 1 (device 0 has the most
+// trace events), the picture draws device 1 and says what devices 0 and 2 hold.
+func TestChooseDeviceOOM(t *testing.T) {
+	snap := sim.MultiDeviceOOM()
+	snap.Path = "multi.pickle"
+	devs := PictureDevices(snap)
+	if len(devs) != 3 || devs[0].TraceEvents <= devs[1].TraceEvents || devs[1].OOMs != 1 || devs[0].OOMs != 0 || devs[2].OOMs != 0 {
+		t.Fatalf("devices %+v", devs)
+	}
+	ch, err := ChooseDevice(snap, nil)
+	if err != nil || ch.Device != sim.MultiDeviceOOMDevice || ch.Reason != DeviceReasonOOM {
+		t.Fatalf("chose %+v, %v", ch, err)
+	}
+	for _, w := range []string{"device 1: it has the OOM (1)", "other devices: 0 (peak ", ", 2 (peak "} {
+		if !strings.Contains(ch.Text, w) {
+			t.Errorf("note %q lacks %q", ch.Text, w)
+		}
+	}
+	// The allocated peak counted from the events is the replay's.
+	for _, d := range devs {
+		r, err := Timeline(context.Background(), snap, TimelineOptions{Device: d.Device})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.PeakAllocatedBytes != d.PeakAllocatedBytes {
+			t.Errorf("device %d: peak %d counted, %d replayed", d.Device, d.PeakAllocatedBytes, r.PeakAllocatedBytes)
+		}
+	}
+	pic, err := Picture(context.Background(), snap, PictureOptions{})
+	if err != nil || pic.Device != 1 || pic.Timeline.Device != 1 || len(pic.Timeline.OOMs) != 1 || pic.Timeline.OOMs[0].RequestedBytes != sim.MultiDeviceOOMRequest {
+		t.Fatalf("picture of device %d: %v", pic.Device, err)
+	}
+	// Without the OOM device's trace the highest peak wins.
+	snap.DeviceTraces[1] = nil
+	ch, _ = ChooseDevice(snap, nil)
+	if ch.Reason != DeviceReasonPeak || ch.Device != 1 && devs[0].PeakAllocatedBytes > devs[2].PeakAllocatedBytes && ch.Device != 0 {
+		t.Errorf("without the OOM trace: %+v", ch)
+	}
+}
+
+// TestTimelineSawtooth: a 3,000-step loop keeps every step start, and its columns' minima sit
+// well below their maxima (the saw shows); bands are chosen by each site's highest level.
+func TestTimelineSawtooth(t *testing.T) {
+	snap := sim.TrainingLoop(3000, false)
+	r, err := Timeline(context.Background(), snap, TimelineOptions{Columns: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Steps.Count != 3000 || len(r.Steps.StartEvents) != 3000 || r.Steps.FirstStep != 0 {
+		t.Errorf("steps: %d, %d listed (%s)", r.Steps.Count, len(r.Steps.StartEvents), r.Steps.Source)
+	}
+	if len(r.Envelope) != 1000 {
+		t.Fatalf("envelope of %d columns", len(r.Envelope))
+	}
+	low := 0
+	for _, c := range r.Envelope {
+		if c.MinAllocatedBytes*10 < c.MaxAllocatedBytes*8 {
+			low++
+		}
+	}
+	if low < 990 {
+		t.Errorf("only %d of 1000 columns dip 20%% below their maximum", low)
+	}
+	x, err := NewTimelineIndex(context.Background(), snap, TimelineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, p := range x.Phases(0, x.Events()) {
+		names[p.Name]++
+	}
+	if names["forward"] != 3000 || names["backward"] != 3000 || names["optimizer"] < 1 || names[PhaseSetup] != 1 {
+		t.Errorf("phases %v", names)
+	}
+	// 9,000 runs in 1,000 columns of three steps each: as drawn, every column is mostly backward.
+	if len(r.Phases) != 1 || r.Phases[0] != (TimelinePhase{Name: "backward", StartEvent: 0, EndEvent: r.End - 1}) || !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "phases lists them as drawn") }) {
+		t.Errorf("phases as drawn %v, notes %v", r.Phases, r.Notes)
+	}
+	// The bounded answer (MCP): 200 merged columns with the same extremes, 20 step starts.
+	bd := r.Bounded(200, 20, 60)
+	var lo, hi, blo, bhi int64 = 1 << 62, 0, 1 << 62, 0
+	for _, c := range r.Envelope {
+		lo, hi = min(lo, c.MinAllocatedBytes), max(hi, c.MaxAllocatedBytes)
+	}
+	for _, c := range bd.Envelope {
+		blo, bhi = min(blo, c.MinAllocatedBytes), max(bhi, c.MaxAllocatedBytes)
+	}
+	if len(bd.Envelope) != 200 || lo != blo || hi != bhi || bd.Envelope[0].StartEvent != 0 || bd.Envelope[199].EndEvent != r.End-1 {
+		t.Errorf("bounded envelope: %d columns, %d..%d (want %d..%d)", len(bd.Envelope), blo, bhi, lo, hi)
+	}
+	if s := bd.Steps.Summary; s == nil || len(bd.Steps.StartEvents) != 20 || s.Listed != 20 || bd.Steps.Count != 3000 ||
+		s.FirstStartEvent != r.Steps.StartEvents[0] || s.LastStartEvent != r.Steps.StartEvents[2999] || bd.Steps.StartEvents[19] != s.LastStartEvent || len(bd.Phases) > 60 {
+		t.Errorf("bounded steps %+v, %d phases", bd.Steps.Summary, len(bd.Phases))
+	}
+	if len(r.Steps.StartEvents) != 3000 || len(r.Envelope) != 1000 {
+		t.Error("Bounded changed the result it copies")
+	}
+	// A window of the late steps lists their step numbers from the start of the run.
+	w, err := Timeline(context.Background(), snap, TimelineOptions{Start: r.Steps.StartEvents[2500], End: r.Steps.StartEvents[2504]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Steps.FirstStep != 2500 || w.Steps.Count != 4 {
+		t.Errorf("window steps: first %d, %d", w.Steps.FirstStep, w.Steps.Count)
 	}
 }

@@ -13,6 +13,9 @@ func Picture(w io.Writer, p *analysis.PictureResult, opt Options) error {
 	case p == nil:
 		return fmt.Errorf("render: no picture")
 	case p.Timeline != nil:
+		if opt.Note == "" && len(p.Devices) > 1 {
+			opt.Note = p.DeviceNote
+		}
 		return Timeline(w, p.Timeline, opt)
 	case p.Segments != nil:
 		return Segments(w, p.Segments, opt)

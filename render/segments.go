@@ -192,6 +192,29 @@ func drawSegmentMap(c *draw.Canvas, r *analysis.SegmentMapResult) {
 		flush(x0 + vg.Length(s.Size)*scale)
 		outline(c, edge, x0, y0, x0+vg.Length(s.Size)*scale, y1)
 	}
+	// Where each pool and stream begins: a label on its first segment (rows tall enough).
+	if pitch >= 12 {
+		ts := textStyle(10, false, ink)
+		ts.YAlign = draw.YTop
+		var last [3]uint64
+		for k, p := range l.Placed {
+			seg := r.Map[p.Segment]
+			key := [3]uint64{uint64(seg.Pool[0]), uint64(seg.Pool[1]), seg.Stream}
+			if k > 0 && key == last {
+				continue
+			}
+			last = key
+			pool := "default pool"
+			if seg.Pool != (snapshot.PoolID{}) {
+				pool = fmt.Sprintf("pool (%d, %d)", seg.Pool[0], seg.Pool[1])
+			}
+			label := fmt.Sprintf("%s · stream 0x%x", pool, seg.Stream)
+			x := c.Min.X + vg.Length(p.Offset)*scale + px(3)
+			y := c.Max.Y - px(float64(p.Row)*pitch) - px(1)
+			rect(c, color.RGBA{0xff, 0xff, 0xff, 0xff}, x-px(1), y-px(11), x+ts.Width(label)+px(2), y)
+			c.FillText(ts, vg.Point{X: x, Y: y}, label)
+		}
+	}
 	foot := textStyle(10, false, gray)
 	c.FillText(foot, vg.Point{X: c.Min.X, Y: c.Min.Y - px(14)}, fmt.Sprintf("each row holds %s; segments largest first per pool and stream", analysis.FormatBytes(l.Capacity)))
 }

@@ -7,12 +7,15 @@ package render
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"hash/fnv"
 	"image/color"
 	"image/png"
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,6 +51,9 @@ type Options struct {
 	Width, Height int
 	// Title replaces the default title (the file's name and what is drawn).
 	Title string
+	// Note is a line under the picture (Picture puts there which device is drawn and what the
+	// others hold, when the file has several).
+	Note string
 }
 
 // FormatOf returns the picture format a file name asks for (.svg or .png).
@@ -187,21 +193,33 @@ func roleColor(category string) color.RGBA {
 	return roleColors[analysis.CategoryOther]
 }
 
-// shade varies a role's colour for the k-th band of that role: darker and lighter in turn.
+// shadeMix is how far each shade of a role's hue is mixed towards black (negative) or white
+// (positive): the first is the role's own colour, the others differ from it and from each
+// other by at least 0.07.
+var shadeMix = []float64{0, -0.25, 0.3, -0.4, 0.45, -0.12, 0.15, -0.33, 0.38, 0.56}
+
+// shade is the k-th shade of a role's colour.
 func shade(c color.RGBA, k int) color.RGBA {
-	if k == 0 {
-		return c
+	f := shadeMix[k%len(shadeMix)]
+	to := 255.0
+	if f < 0 {
+		to, f = 0, -f
 	}
-	f := 0.22 * float64((k+1)/2)
-	f = math.Min(f, 0.66)
-	mix := func(v uint8, to float64) uint8 { return uint8(math.Round(float64(v)*(1-f) + to*f)) }
-	if k%2 == 1 {
-		return color.RGBA{mix(c.R, 0), mix(c.G, 0), mix(c.B, 0), 0xff}
-	}
-	return color.RGBA{mix(c.R, 255), mix(c.G, 255), mix(c.B, 255), 0xff}
+	mix := func(v uint8) uint8 { return uint8(math.Round(float64(v)*(1-f) + to*f)) }
+	return color.RGBA{mix(c.R), mix(c.G), mix(c.B), 0xff}
 }
 
-// BandColors gives each band its colour: its role's, varied when roles repeat; the other band gray.
+// siteShade is the shade a site prefers: a hash of its identity, so a site keeps its colour
+// across zooms, windows, devices and pictures.
+func siteShade(id analysis.SiteIdentity) int {
+	h := fnv.New32a()
+	h.Write([]byte(id.File + "\x00" + id.Function + "\x00" + strconv.FormatInt(id.Line, 10) + "\x00" + id.Site))
+	return int(h.Sum32() % uint32(len(shadeMix)))
+}
+
+// BandColors gives each band its colour: a shade of its role's hue chosen by the site (see
+// siteShade), the next free shade when two bands of one role would share one; the other band
+// gray.
 func BandColors(bands []analysis.TimelineBand) []string {
 	out := make([]string, len(bands))
 	for i, c := range bandColors(bands) {
@@ -211,15 +229,32 @@ func BandColors(bands []analysis.TimelineBand) []string {
 }
 
 func bandColors(bands []analysis.TimelineBand) []color.RGBA {
-	seen := map[string]int{}
+	used := map[string]map[int]bool{}
 	out := make([]color.RGBA, len(bands))
-	for i, b := range bands {
+	// Bands claim shades in order of bytes (the largest keeps the shade it prefers), so the
+	// picture's main bands look the same in every window.
+	order := make([]int, len(bands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(bands[b].MaxBytes, bands[a].MaxBytes) })
+	for _, i := range order {
+		b := bands[i]
 		if b.Other {
 			out[i] = otherBand
 			continue
 		}
-		out[i] = shade(roleColor(b.Category), seen[b.Category])
-		seen[b.Category]++
+		u := used[b.Category]
+		if u == nil {
+			u = map[int]bool{}
+			used[b.Category] = u
+		}
+		k := siteShade(b.SiteIdentity)
+		for n := 0; n < len(shadeMix) && u[k]; n++ {
+			k = (k + 1) % len(shadeMix)
+		}
+		u[k] = true
+		out[i] = shade(roleColor(b.Category), k)
 	}
 	return out
 }
@@ -272,15 +307,40 @@ func numLabel(v float64) string {
 	return s
 }
 
-// countLabel formats an event count: 950, 12k, 1.5M.
-func countLabel(v float64) string {
-	switch a := math.Abs(v); {
-	case a >= 1e6:
-		return numLabel(v/1e6) + "M"
-	case a >= 1e4:
-		return numLabel(v/1e3) + "k"
+// decimalsOf is the number of decimals that write v exactly (at most 7).
+func decimalsOf(v float64) int {
+	for d := range 7 {
+		p := v * math.Pow(10, float64(d))
+		if math.Abs(p-math.Round(p)) < 1e-6*math.Max(1, math.Abs(p)) {
+			return d
+		}
 	}
-	return numLabel(v)
+	return 7
+}
+
+// CountTickLabel is the label function of event ticks step apart with values up to hi: in
+// millions or thousands when the step is written with few decimals there ("1.25M", "120k"),
+// else every digit grouped ("1,000,250"), so neighbouring ticks never read the same.
+func CountTickLabel(step, hi float64) func(float64) string {
+	for _, u := range []struct {
+		div      float64
+		suffix   string
+		from, to float64
+		maxDec   int
+	}{{1e6, "M", 1e6, math.Inf(1), 2}, {1e3, "k", 1e4, 1e6, 1}} {
+		if math.Abs(hi) < u.from || math.Abs(hi) >= u.to {
+			continue
+		}
+		if d := decimalsOf(step / u.div); d <= u.maxDec {
+			return func(v float64) string {
+				if math.Abs(v) < 1e-9 {
+					return "0"
+				}
+				return strconv.FormatFloat(v/u.div, 'f', d, 64) + u.suffix
+			}
+		}
+	}
+	return func(v float64) string { return groupDigits(int(math.Round(v))) }
 }
 
 // clipText shortens s to at most n runes, with an ellipsis.
@@ -306,4 +366,12 @@ func outline(c *draw.Canvas, sty draw.LineStyle, x0, y0, x1, y1 vg.Length) {
 // "model.py:41 in forward".
 func siteName(id analysis.SiteIdentity) string {
 	return analysis.SiteText(id.Site, id.Function)
+}
+
+// TimelineColumns is the number of pixel columns of a timeline's plot at a picture size: a
+// series cut into that many columns draws one column per pixel.
+func TimelineColumns(o Options) int {
+	w, _ := o.size()
+	legendW := math.Min(math.Max(0.27*float64(w), 300), 460)
+	return max(int(float64(w)-legendW-52), 50)
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -44,7 +46,13 @@ func Timeline(w io.Writer, r *analysis.TimelineResult, opt Options) error {
 		subtitle += fmt.Sprintf(" · events %s–%s of %s", groupDigits(r.Start), groupDigits(r.End-1), groupDigits(r.Events))
 	}
 	drawTitle(&dc, title, subtitle)
-	plotArea := draw.Crop(dc, px(6), -px(legendW), px(4), -px(62))
+	bottom := px(4)
+	if opt.Note != "" {
+		bottom = px(24)
+		ts := textStyle(12, false, ink)
+		dc.FillText(ts, vg.Point{X: dc.Min.X + px(14), Y: dc.Min.Y + px(12)}, clipText(opt.Note, int((float64(W)-28)/6.3)))
+	}
+	plotArea := draw.Crop(dc, px(6), -px(legendW), bottom, -px(62))
 	colors := bandColors(r.Bands)
 	if err := drawTimelinePlot(plotArea, r, colors); err != nil {
 		return err
@@ -159,11 +167,12 @@ func drawTimelinePlot(c draw.Canvas, r *analysis.TimelineResult, colors []color.
 		a.Label.TextStyle.XAlign, a.Label.TextStyle.YAlign = draw.XCenter, draw.YBottom
 	}
 	p.Y.Tick.Label.XAlign, p.Y.Tick.Label.YAlign = draw.XRight, draw.YCenter
-	xlabel := countLabel
-	if s.X == analysis.TimelineXTime {
-		xlabel = numLabel
-	}
-	p.X.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick { return ticks(lo, hi, 8, xlabel) })
+	p.X.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		if s.X == analysis.TimelineXTime {
+			return ticks(lo, hi, 8, numLabel)
+		}
+		return ticks(lo, hi, 8, CountTickLabel(niceStep(hi-lo, 8), math.Max(math.Abs(lo), math.Abs(hi))))
+	})
 	p.Y.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick { return ticks(lo, hi, 6, numLabel) })
 	p.Add(&timelinePlot{r: r, x: ax, colors: colors, scale: scale, ymax: p.Y.Max})
 	p.Draw(c)
@@ -182,20 +191,11 @@ func (t *timelinePlot) Plot(c draw.Canvas, p *plot.Plot) {
 			c.StrokeLine2(grid, c.Min.X, y, c.Max.X, y)
 		}
 	}
-	// Step starts: thin dotted lines under the bands.
-	steps := t.r.Steps.StartEvents
-	if len(steps) > 0 {
-		sty := draw.LineStyle{Color: color.RGBA{0xb0, 0xb0, 0xb0, 0xff}, Width: px(0.8), Dashes: []vg.Length{px(2), px(3)}}
-		every := 1
-		if len(steps) > 120 {
-			every = (len(steps) + 119) / 120
-		}
-		for k, e := range steps {
-			if x := trX(t.x.start(e)); k%every == 0 && c.ContainsX(x) {
-				c.StrokeLine2(sty, x, c.Min.Y, x, c.Max.Y)
-			}
-		}
-	}
+	// Phases: a strip along the bottom, and a light wash behind the bands where runs are
+	// wide enough to tell apart.
+	t.drawPhases(c, trX, true)
+	// Step starts: every step as a dotted line when they are far apart, else a step-count axis.
+	t.drawSteps(c, trX)
 	// Bands, bottom to top: step outlines per column at each column's maximum.
 	nb := len(t.r.Bands)
 	lower := make([]float64, n)
@@ -218,14 +218,43 @@ func (t *timelinePlot) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		c.FillPolygon(t.colors[b], c.ClipPolygonXY(pts))
 	}
-	// The column minimum of allocated memory, where it dips below the maximum.
+	// The envelope: between each column's minimum and maximum the bands are washed pale (memory
+	// was that high only for part of the column), with a line at the minimum, so a sawtooth and
+	// a run that grows step by step show at any zoom.
+	wash := make([]vg.Point, 0, 4*n)
 	minLine := make([]vg.Point, 0, 2*n)
 	for ci, col := range s.Columns {
 		x0, x1 := trX(t.x.edges[ci]), trX(t.x.edges[ci+1])
-		y := trY(float64(col.MinAllocated) / t.scale)
-		minLine = append(minLine, vg.Point{X: x0, Y: y}, vg.Point{X: x1, Y: y})
+		y := trY(float64(col.MaxAllocated) / t.scale)
+		wash = append(wash, vg.Point{X: x0, Y: y}, vg.Point{X: x1, Y: y})
+		ym := trY(float64(col.MinAllocated) / t.scale)
+		minLine = append(minLine, vg.Point{X: x0, Y: ym}, vg.Point{X: x1, Y: ym})
 	}
-	_ = minLine
+	for ci := n - 1; ci >= 0; ci-- {
+		wash = append(wash, minLine[2*ci+1], minLine[2*ci])
+	}
+	c.FillPolygon(washColor, c.ClipPolygonXY(wash))
+	c.StrokeLines(draw.LineStyle{Color: minColor, Width: px(1)}, c.ClipLinesXY(minLine)...)
+	// The peak's column, at least three pixels wide: a one-event peak in a column thinner than
+	// a pixel would vanish (or hide under the drop line) and leave its dot floating.
+	if pc := peakColumn(s, t.r.PeakEvent); pc >= 0 {
+		col := s.Columns[pc]
+		x0, x1 := trX(t.x.edges[pc]), trX(t.x.edges[pc+1])
+		if w := x1 - x0; w < px(3) {
+			// Three pixels about the peak's drop line, so the column shows on both sides of it.
+			mid := trX(t.x.at(t.r.PeakEvent))
+			x0, x1 = mid-px(1.5), mid+px(1.5)
+		}
+		var acc float64
+		for b, v := range col.Bands {
+			lo := acc
+			acc += float64(v) / t.scale
+			if v > 0 && b < len(t.colors) {
+				rect(&c, t.colors[b], x0, trY(lo), x1, trY(acc))
+			}
+		}
+	}
+	t.drawPhases(c, trX, false)
 	// Reserved: the column maximum as a step line.
 	res := make([]vg.Point, 0, 2*n)
 	for ci, col := range s.Columns {
@@ -274,7 +303,7 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 	x := c.Min.X
 	y := c.Max.Y - px(6)
 	head := textStyle(13, true, ink)
-	c.FillText(head, vg.Point{X: x, Y: y}, "allocated at the peak, by site")
+	c.FillText(head, vg.Point{X: x, Y: y}, "allocated by site (bytes at the peak)")
 	y -= px(22)
 	avail := float64((y-c.Min.Y)/px(1)) - 150
 	entry := 38.0
@@ -290,12 +319,18 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 		label := siteName(b.SiteIdentity)
 		if b.Other {
 			label = fmt.Sprintf("%d other sites", b.Sites)
+			if b.Sites == 1 {
+				label = "1 other site"
+			}
 		}
 		c.FillText(name, vg.Point{X: x + px(22), Y: y - px(5)}, clipText(label, 46))
 		if entry >= 30 {
 			detail := fmt.Sprintf("%s · %s (%.1f%%)", b.Category, analysis.FormatBytes(b.BytesAtPeak), b.Percent)
 			if b.Other {
 				detail = fmt.Sprintf("%s (%.1f%%)", analysis.FormatBytes(b.BytesAtPeak), b.Percent)
+			}
+			if b.MaxBytes > b.BytesAtPeak {
+				detail += " · up to " + analysis.FormatBytes(b.MaxBytes)
 			}
 			c.FillText(sub, vg.Point{X: x + px(22), Y: y - px(20)}, detail)
 		}
@@ -314,7 +349,39 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 		label string
 	}{func(y vg.Length) {
 		c.DrawGlyph(draw.GlyphStyle{Color: peakColor, Radius: px(4), Shape: draw.CircleGlyph{}}, vg.Point{X: x + px(7), Y: y})
-	}, "allocated peak"})
+	}, "allocated peak"}, struct {
+		draw  func(y vg.Length)
+		label string
+	}{func(y vg.Length) {
+		rect(c, roleColor(analysis.CategoryActivation), x, y-px(7), x+px(14), y+px(7))
+		rect(c, washColor, x, y-px(1), x+px(14), y+px(7))
+		c.StrokeLine2(draw.LineStyle{Color: minColor, Width: px(1)}, x, y-px(1), x+px(14), y-px(1))
+	}, "pale: above the column's minimum"})
+	seen := map[string]bool{}
+	for _, p := range r.Phases {
+		seen[p.Name] = true
+	}
+	var names []string
+	for _, n := range phaseOrder {
+		if seen[n] {
+			names = append(names, strings.ReplaceAll(n, "_", " "))
+		}
+	}
+	if len(names) > 0 {
+		markers = append(markers, struct {
+			draw  func(y vg.Length)
+			label string
+		}{func(y vg.Length) {
+			w := px(14) / vg.Length(len(names))
+			k := 0
+			for _, n := range phaseOrder {
+				if seen[n] {
+					rect(c, phaseColors[n], x+w*vg.Length(k), y-px(4), x+w*vg.Length(k+1), y+px(3))
+					k++
+				}
+			}
+		}, phaseLegend(r.PhasesAsDrawn) + strings.Join(names, ", ")})
+	}
 	if len(r.OOMs) > 0 {
 		markers = append(markers, struct {
 			draw  func(y vg.Length)
@@ -357,5 +424,158 @@ func drawTimelineLegend(c *draw.Canvas, r *analysis.TimelineResult, colors []col
 		y -= px(20)
 	}
 	foot := textStyle(10, false, gray)
-	c.FillText(foot, vg.Point{X: x, Y: c.Min.Y + px(6)}, fmt.Sprintf("%s columns over %s events; each keeps its events' maximum", groupDigits(r.Columns), groupDigits(r.End-r.Start)))
+	c.FillText(foot, vg.Point{X: x, Y: c.Min.Y + px(6)}, fmt.Sprintf("%s columns over %s events; each keeps its events' min and max", groupDigits(r.Columns), groupDigits(r.End-r.Start)))
+}
+
+// peakColumn is the column holding event i (-1: none).
+func peakColumn(s *analysis.TimelineSeries, i int) int {
+	for ci, col := range s.Columns {
+		if col.First <= i && i <= col.Last {
+			return ci
+		}
+	}
+	return -1
+}
+
+// Phase colours: a strip along the bottom of the plot.
+var phaseColors = map[string]color.RGBA{
+	analysis.PhaseSetup:        {0xb8, 0xc4, 0xd6, 0xff},
+	"forward":                  {0x8c, 0xc0, 0x84, 0xff},
+	"backward":                 {0xf0, 0xa8, 0x5c, 0xff},
+	"optimizer":                {0xa7, 0x8b, 0xc9, 0xff},
+	analysis.PhaseOOMUnwinding: {0xe5, 0x73, 0x73, 0xff},
+}
+
+// phaseOrder is the order of the phases in the legend.
+var phaseOrder = [...]string{analysis.PhaseSetup, "forward", "backward", "optimizer", analysis.PhaseOOMUnwinding}
+
+const phaseStrip = 7 // pixels
+
+// drawPhases draws the phase runs as a strip along the bottom of the plot, by level of
+// detail: a run a pixel wide or more is drawn as it is; in a pixel column holding runs
+// narrower than a pixel, the phase with the most events there fills it. Where runs are on
+// average at least 12 pixels wide, a light wash of each phase's colour goes behind everything
+// (washOnly draws that wash, else the strip).
+func (t *timelinePlot) drawPhases(c draw.Canvas, trX func(float64) vg.Length, washOnly bool) {
+	ph := t.r.Phases
+	if len(ph) == 0 {
+		return
+	}
+	width := float64((c.Max.X - c.Min.X) / px(1))
+	wide := width/float64(len(ph)) >= 12 && !t.r.PhasesAsDrawn
+	if washOnly && !wide {
+		return
+	}
+	cols := int(math.Ceil(width)) + 1
+	var dense [][5]int // events of sub-pixel runs per pixel column and phase
+	for _, p := range ph {
+		k := slices.Index(phaseOrder[:], p.Name)
+		if k < 0 {
+			continue
+		}
+		x0, x1 := trX(t.x.start(p.StartEvent)), trX(t.x.start(p.EndEvent)+1)
+		if t.x.s.X == analysis.TimelineXTime {
+			x1 = trX(t.x.at(p.EndEvent))
+		}
+		x0, x1 = max(x0, c.Min.X), min(x1, c.Max.X)
+		if x1 < x0 {
+			continue
+		}
+		clr := phaseColors[p.Name]
+		switch {
+		case washOnly:
+			w := clr
+			w.A = 0x22
+			rect(&c, premultiply(w), x0, c.Min.Y, x1, c.Max.Y)
+		case x1-x0 >= px(1):
+			rect(&c, clr, x0, c.Min.Y, x1, c.Min.Y+px(phaseStrip))
+		default:
+			if dense == nil {
+				dense = make([][5]int, cols)
+			}
+			col := min(max(int(float64((x0-c.Min.X)/px(1))), 0), cols-1)
+			dense[col][k] += p.EndEvent - p.StartEvent + 1
+		}
+	}
+	for col, n := range dense {
+		best, bestN := -1, 0
+		for k, v := range n {
+			if v > bestN {
+				best, bestN = k, v
+			}
+		}
+		if best >= 0 {
+			x0 := c.Min.X + px(float64(col))
+			rect(&c, phaseColors[phaseOrder[best]], x0, c.Min.Y, x0+px(1), c.Min.Y+px(phaseStrip))
+		}
+	}
+}
+
+// premultiply turns a colour with alpha into the premultiplied form color.RGBA holds.
+func premultiply(c color.RGBA) color.RGBA {
+	f := float64(c.A) / 255
+	return color.RGBA{uint8(float64(c.R) * f), uint8(float64(c.G) * f), uint8(float64(c.B) * f), c.A}
+}
+
+// Step marks: at least this many pixels between two step lines, else a step-count axis.
+const stepLineGap = 5
+
+var stepLine = color.RGBA{0xb0, 0xb0, 0xb0, 0xff}
+
+// drawSteps draws the step starts by level of detail: a dotted line per step when steps are at
+// least stepLineGap pixels apart; else a step-count axis along the top of the plot, a tick and
+// its step number every nice number of steps (1, 2, 5 × 10^k) about 70 pixels apart, so every
+// part of the run carries its marks.
+func (t *timelinePlot) drawSteps(c draw.Canvas, trX func(float64) vg.Length) {
+	steps := t.r.Steps.StartEvents
+	if len(steps) == 0 {
+		return
+	}
+	width := float64((c.Max.X - c.Min.X) / px(1))
+	span := float64(trX(t.x.start(steps[len(steps)-1]))-trX(t.x.start(steps[0]))) / float64(px(1))
+	gap := width
+	if len(steps) > 1 {
+		gap = span / float64(len(steps)-1)
+	}
+	dotted := draw.LineStyle{Color: stepLine, Width: px(0.8), Dashes: []vg.Length{px(2), px(3)}}
+	// The first step in the window is step first (the steps before the window count too).
+	first := t.r.Steps.FirstStep
+	if gap >= stepLineGap {
+		for _, e := range steps {
+			if x := trX(t.x.start(e)); c.ContainsX(x) {
+				c.StrokeLine2(dotted, x, c.Min.Y, x, c.Max.Y)
+			}
+		}
+		return
+	}
+	every := int(niceStep(float64(len(steps))*70/math.Max(span, 1), 1))
+	every = max(every, 1)
+	tick := draw.LineStyle{Color: gray, Width: px(1)}
+	ts := textStyle(10, false, gray)
+	ts.XAlign, ts.YAlign = draw.XCenter, draw.YTop
+	for k, e := range steps {
+		if (first+k)%every != 0 {
+			continue
+		}
+		x := trX(t.x.start(e))
+		if !c.ContainsX(x) {
+			continue
+		}
+		c.StrokeLine2(dotted, x, c.Min.Y+px(phaseStrip), x, c.Max.Y-px(16))
+		c.StrokeLine2(tick, x, c.Max.Y, x, c.Max.Y-px(5))
+		c.FillText(ts, vg.Point{X: x, Y: c.Max.Y - px(6)}, fmt.Sprintf("step %d", first+k))
+	}
+}
+
+var (
+	washColor = premultiply(color.RGBA{0xff, 0xff, 0xff, 0x9c})
+	minColor  = color.RGBA{0x55, 0x55, 0x55, 0xff}
+)
+
+// phaseLegend is the legend's head of the phase strip.
+func phaseLegend(asDrawn bool) string {
+	if asDrawn {
+		return "phases (strip; each pixel the one with most events): "
+	}
+	return "phases (strip): "
 }

@@ -19,7 +19,7 @@ import (
 // TimelineInput is the timeline tool's input.
 type TimelineInput struct {
 	Path     string   `json:"path" jsonschema:"description=Snapshot file; absolute or relative to the server's first root. kind timeline needs a trace (recorded with _record_memory_history); kind segments works on any snapshot"`
-	Device   *int     `json:"device,omitempty" jsonschema:"description=CUDA device to draw (default: the one with the most trace events\\, or the most reserved memory),minimum=0"`
+	Device   *int     `json:"device,omitempty" jsonschema:"description=CUDA device to draw (default: the one with an OOM\\, else the highest allocated peak; without a trace the most allocated); the answer says why and what the other devices hold,minimum=0"`
 	Kind     string   `json:"kind,omitempty" jsonschema:"description=timeline: allocated memory over the trace stacked by site with reserved memory and markers for the peak\\, OOMs\\, steps and empty_cache() bursts; segments: every segment as a bar with its blocks coloured by state and role,enum=timeline,enum=segments,default=timeline"`
 	Window   string   `json:"window,omitempty" jsonschema:"description=timeline only: trace events A:B to draw (A to B-1; A: or :B leave one end open)\\, e.g. around an OOM or the peak from replay"`
 	At       *int     `json:"at,omitempty" jsonschema:"description=segments only: rebuild the segments by replay after this trace event (default: the file's final state),minimum=0"`
@@ -31,6 +31,14 @@ type TimelineInput struct {
 
 // maxImageBytes bounds the PNG the tool returns.
 const maxImageBytes = 200 << 10
+
+// Bounds of the numbers the tool answers beside the picture: the envelope merged into at most
+// this many columns, this many step starts listed (evenly spaced, with a summary) and phase runs.
+const (
+	maxAnswerColumns = 200
+	maxAnswerSteps   = 20
+	maxAnswerPhases  = 60
+)
 
 // imageSizes are tried in turn until the PNG fits maxImageBytes.
 var imageSizes = [][2]int{{1200, 600}, {1000, 500}, {800, 400}, {640, 360}}
@@ -50,7 +58,7 @@ type timelineKey struct {
 
 func timelineTool(e *env) (server.ServerTool, error) {
 	st, err := declare(e, "timeline", "Draw memory over time or the segment map",
-		"A picture of the snapshot as a PNG image, plus the numbers it shows in structuredContent (so the facts do not depend on reading the image). kind timeline (default): allocated memory over the trace, stacked in bands by site (the top sites at the allocated peak, coloured by role; the rest as one gray band), reserved memory as a black line, markers for the peak, each OOM (red line), step starts (dotted) and segment-release bursts (triangles: empty_cache() calls, cache flushes after a failed cudaMalloc); each pixel column keeps the maximum of its events, so no peak is smoothed away. Numbers: peak_allocated_bytes and peak_event, bands with bytes_at_peak and role, ooms, steps, segment_bursts. kind segments: every segment of the final state (or at=EVENT, rebuilt by replay) as a bar, blocks coloured by role when allocated, dark red when freed but used by another stream, light gray when cached free; numbers: reserved/allocated/pending/inactive bytes, largest free block, bytes by role. Use it to see the shape of memory (sawtooth, growth per step, a spike before an OOM, fragmentation) before reading replay or oom-report. kind timeline needs a trace; state-only files draw with kind segments.",
+		"A picture of the snapshot as a PNG image, plus the numbers it shows in structuredContent (so the facts do not depend on reading the image). kind timeline (default): allocated memory over the trace, stacked in bands by site (the top sites by their highest level in the window, each a shade of its role's colour; the rest as one gray band), reserved memory as a black line, markers for the peak, each OOM (red line), step starts (dotted) and segment-release bursts (triangles: empty_cache() calls, cache flushes after a failed cudaMalloc); each pixel column keeps the minimum and maximum of its events (pale above the minimum), so no peak is smoothed away and a sawtooth shows; a strip shows the phases (setup, forward, backward, optimizer, OOM unwinding). The default device is the one with an OOM, else the highest allocated peak; device_note says what the other devices hold. Numbers: peak_allocated_bytes and peak_event, bands with bytes_at_peak and role, ooms, steps (start events summarised), phases, segment_bursts, envelope (at most 200 columns of min/max allocated bytes). kind segments: every segment of the final state (or at=EVENT, rebuilt by replay) as a bar, blocks coloured by role when allocated, dark red when freed but used by another stream, light gray when cached free; numbers: reserved/allocated/pending/inactive bytes, largest free block, bytes by role. Use it to see the shape of memory (sawtooth, growth per step, a spike before an OOM, fragmentation) before reading replay or oom-report. kind timeline needs a trace; state-only files draw with kind segments.",
 		func(ctx context.Context, in TimelineInput) (*pictureOut, error) {
 			for _, p := range []struct {
 				field string
@@ -70,6 +78,8 @@ func timelineTool(e *env) (server.ServerTool, error) {
 			if opt.Top <= 0 {
 				opt.Top = analysis.DefaultTimelineTop
 			}
+			// One column per pixel of the largest picture tried.
+			opt.Columns = render.TimelineColumns(render.Options{Width: imageSizes[0][0], Height: imageSizes[0][1]})
 			if in.Window != "" {
 				if opt.Kind != analysis.PictureTimeline {
 					return nil, userErrorf("window applies to kind timeline; for kind segments give at (a trace event)")
@@ -112,6 +122,9 @@ func timelineTool(e *env) (server.ServerTool, error) {
 					if buf.Len() <= maxImageBytes {
 						break
 					}
+				}
+				if pic.Timeline != nil {
+					out.Timeline = pic.Timeline.Bounded(maxAnswerColumns, maxAnswerSteps, maxAnswerPhases)
 				}
 				return out, nil
 			})

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 
 	"github.com/memsnap/memsnap/analysis/load"
+	"github.com/memsnap/memsnap/analysis/sim"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -160,4 +162,78 @@ func TestBrowserLargeSnapshot(t *testing.T) {
 		t.Skipf("browser tests are off: set %s=1", browserEnv)
 	}
 	checkPage(t, synthSnapshot(1_000_000), "view-synthetic.png")
+}
+
+// TestBrowserAllocationsAndOOM: on three GPUs with the only OOM on device 1 the page opens
+// device 1; in the per-allocation view, pointing at the largest allocation shows its stack, and
+// clicking the OOM button shows the failed request's size and the verdict.
+func TestBrowserAllocationsAndOOM(t *testing.T) {
+	ctx := browser(t)
+	snap := sim.MultiDeviceOOM()
+	snap.Path = "multi-device-oom.pickle"
+	ts := httptest.NewServer(New(snap, Options{}).Handler())
+	defer ts.Close()
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(ts.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-ready="1"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#timeline[data-drawn]`)),
+	); err != nil {
+		t.Fatalf("page did not load: %v", err)
+	}
+	if dev := eval[int](t, ctx, `memsnapView.state.dev`); dev != sim.MultiDeviceOOMDevice {
+		t.Fatalf("the page opened device %d", dev)
+	}
+	if note := eval[string](t, ctx, `document.getElementById("device-note").textContent`); !strings.Contains(note, "it has the OOM") || !strings.Contains(note, "other devices: 0") {
+		t.Errorf("device note %q", note)
+	}
+	n := eval[int](t, ctx, `memsnapView.allocations()`)
+	if n == 0 {
+		t.Fatal("no allocation drawn")
+	}
+	type alloc struct {
+		Site string `json:"site"`
+		Size int64  `json:"size"`
+	}
+	allocs := eval[[]alloc](t, ctx, `memsnapView.state.allocs.allocations`)
+	best := 0
+	for i, a := range allocs {
+		if a.Size > allocs[best].Size {
+			best = i
+		}
+	}
+	pt := eval[struct{ X, Y float64 }](t, ctx, fmt.Sprintf(`memsnapView.pointForAllocation(%d)`, best))
+	if err := chromedp.Do(ctx,
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, pt.X, pt.Y),
+		chromedp.WaitVisible(chromedp.CSS(`#details .stack`)),
+	); err != nil {
+		t.Fatalf("hover on allocation %d at (%.0f, %.0f): %v", best, pt.X, pt.Y, err)
+	}
+	details, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#details`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stack, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#details .stack`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(details, allocs[best].Site) || !strings.Contains(stack, ".py:") {
+		t.Errorf("details after pointing at %s: %q", allocs[best].Site, details)
+	}
+	screenshot(t, ctx, "view-allocations.png")
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#ooms button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#details[data-oom]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#details .stack`)),
+	); err != nil {
+		t.Fatalf("OOM button: %v", err)
+	}
+	if details, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#details`))); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"requested", "64.0 MiB (67,108,864 B)", "device free", "verdict", "capacity"} {
+		if !strings.Contains(details, w) {
+			t.Errorf("OOM details lack %q: %q", w, details)
+		}
+	}
+	screenshot(t, ctx, "view-oom.png")
 }

@@ -7,6 +7,7 @@
 package view
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -51,6 +52,18 @@ type Server struct {
 	// segmentSlots bounds the segment maps built at once: each replays the trace up to its
 	// event, so a burst of clicks must not multiply that work.
 	segmentSlots chan struct{}
+	oom          oomReport
+	choice       analysis.DeviceChoice
+	choiceOnce   sync.Once
+}
+
+// DefaultDevice is the device the page opens (analysis.ChooseDevice: the one with an OOM,
+// else the highest allocated peak).
+func (s *Server) DefaultDevice() int { return s.defaultDevice() }
+
+func (s *Server) defaultDevice() int {
+	s.choiceOnce.Do(func() { s.choice, _ = analysis.ChooseDevice(s.snap, nil) })
+	return s.choice.Device
 }
 
 // device is what the viewer keeps per CUDA device: the timeline index and its bands.
@@ -61,6 +74,16 @@ type device struct {
 	tb     *analysis.TimelineBands
 	meta   *analysis.TimelineResult
 	colors []string
+	// win: the bands chosen over the last window asked for (Zoom with windowBands).
+	winMu sync.Mutex
+	win   *windowBands
+}
+
+// windowBands is a choice of bands over one window.
+type windowBands struct {
+	start, end int
+	tb         *analysis.TimelineBands
+	colors     []string
 }
 
 // New makes a viewer of snap.
@@ -114,6 +137,9 @@ func (s *Server) device(ctx context.Context, dev int) *device {
 			d.err = err
 			return
 		}
+		// The phase runs go with each zoom answer, one per column (a long trace has hundreds of
+		// thousands).
+		meta.Phases = []analysis.TimelinePhase{}
 		d.x, d.tb, d.meta, d.colors = x, tb, meta, render.BandColors(meta.Bands)
 	})
 	return d
@@ -137,6 +163,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/timeline/meta", s.timelineMeta)
 	mux.HandleFunc("GET /api/timeline", s.timeline)
 	mux.HandleFunc("GET /api/segments", s.segments)
+	mux.HandleFunc("GET /api/allocations", s.allocations)
+	mux.HandleFunc("GET /api/stack", s.stack)
+	mux.HandleFunc("GET /api/oom", s.ooms)
 	return s.guard(mux)
 }
 
@@ -197,37 +226,37 @@ type DeviceInfo struct {
 	Device   int   `json:"device"`
 	Events   int   `json:"events"`
 	Reserved int64 `json:"reserved_bytes"`
+	// OOMs, PeakAllocated (over the trace) and Allocated (final) say what the device holds.
+	OOMs          int   `json:"ooms"`
+	HasTrace      bool  `json:"has_trace"`
+	PeakAllocated int64 `json:"peak_allocated_bytes"`
+	Allocated     int64 `json:"allocated_bytes"`
 }
 
 // Meta is the page's first answer: the file, its devices and the role colours.
 type Meta struct {
-	Path          string            `json:"path"`
-	Name          string            `json:"name"`
-	Devices       []DeviceInfo      `json:"devices"`
-	DefaultDevice int               `json:"default_device"`
-	RoleColors    map[string]string `json:"role_colors"`
-	Pending       string            `json:"pending_color"`
-	Inactive      string            `json:"inactive_color"`
+	Path          string       `json:"path"`
+	Name          string       `json:"name"`
+	Devices       []DeviceInfo `json:"devices"`
+	DefaultDevice int          `json:"default_device"`
+	// DeviceReason / DeviceNote: why the default device (analysis.DeviceReason*), in words with
+	// what the others hold.
+	DeviceReason string            `json:"device_reason"`
+	DeviceNote   string            `json:"device_note"`
+	RoleColors   map[string]string `json:"role_colors"`
+	Pending      string            `json:"pending_color"`
+	Inactive     string            `json:"inactive_color"`
 }
 
 func (s *Server) meta(w http.ResponseWriter, r *http.Request) {
 	m := Meta{Path: s.snap.Path, Name: filepath.Base(s.snap.Path), Devices: []DeviceInfo{}, RoleColors: render.RoleColors(),
 		Pending: "#7a1f1f", Inactive: "#eeeeee"}
-	for _, d := range s.snap.Devices() {
-		info := DeviceInfo{Device: d}
-		if d < len(s.snap.DeviceTraces) {
-			info.Events = len(s.snap.DeviceTraces[d])
-		}
-		for i := range s.snap.Segments {
-			if s.snap.Segments[i].Device == d {
-				info.Reserved += s.snap.Segments[i].TotalSize
-			}
-		}
-		m.Devices = append(m.Devices, info)
+	s.defaultDevice()
+	for _, d := range s.choice.Devices {
+		m.Devices = append(m.Devices, DeviceInfo{Device: d.Device, Events: d.TraceEvents, Reserved: d.ReservedBytes, OOMs: d.OOMs, HasTrace: d.HasTrace,
+			PeakAllocated: d.PeakAllocatedBytes, Allocated: d.AllocatedBytes})
 	}
-	if d, err := analysis.PictureDevice(s.snap, nil); err == nil {
-		m.DefaultDevice = d
-	}
+	m.DefaultDevice, m.DeviceReason, m.DeviceNote = s.choice.Device, s.choice.Reason, s.choice.Text
 	writeJSON(w, m)
 }
 
@@ -277,11 +306,29 @@ type Columns struct {
 	// Peak in the window.
 	PeakBytes int64 `json:"peak_bytes"`
 	PeakEvent int   `json:"peak_event"`
+	// Phase is each column's phase: the one with the most events in it (setup, forward,
+	// backward, optimizer, oom_unwinding; "" for none): the phase strip at the column's level
+	// of detail.
+	Phase []string `json:"phase"`
+	// BandsMeta and Colors: the bands chosen over this window (the sites highest in it) when
+	// asked for with bands=window; absent, Bands follow the device's bands (the whole trace's).
+	BandsMeta []analysis.TimelineBand `json:"bands_meta,omitempty"`
+	Colors    []string                `json:"colors,omitempty"`
 }
 
 // Zoom cuts events [start, end) of device dev into cols columns (the answer behind
 // /api/timeline).
 func (s *Server) Zoom(ctx context.Context, dev, start, end, cols int) (*Columns, error) {
+	return s.zoom(ctx, dev, start, end, cols, false)
+}
+
+// ZoomWindowBands is Zoom with the bands chosen over the window itself (the top sites by their
+// highest level in it, as plot --window draws them); the last window's choice is kept.
+func (s *Server) ZoomWindowBands(ctx context.Context, dev, start, end, cols int) (*Columns, error) {
+	return s.zoom(ctx, dev, start, end, cols, true)
+}
+
+func (s *Server) zoom(ctx context.Context, dev, start, end, cols int, window bool) (*Columns, error) {
 	d := s.device(ctx, dev)
 	if d.err != nil {
 		return nil, d.err
@@ -289,14 +336,26 @@ func (s *Server) Zoom(ctx context.Context, dev, start, end, cols int) (*Columns,
 	if cols <= 0 || cols > maxColumns {
 		return nil, fmt.Errorf("cols=%d: ask for 1 to %d columns", cols, maxColumns)
 	}
-	ser, err := d.tb.Series(start, end, cols, analysis.TimelineXEvent)
+	tb, nb := d.tb, len(d.meta.Bands)
+	var wb *windowBands
+	if window {
+		var err error
+		if wb, err = d.windowBands(ctx, start, end, s.opt.Top); err != nil {
+			return nil, err
+		}
+		tb, nb = wb.tb, len(wb.tb.Bands)
+	}
+	ser, err := tb.Series(start, end, cols, analysis.TimelineXEvent)
 	if err != nil {
 		return nil, err
 	}
 	n := len(ser.Columns)
 	c := &Columns{Start: ser.Start, End: ser.End, First: make([]int, n), Last: make([]int, n), MaxEvent: make([]int, n),
 		AllocMin: make([]int64, n), AllocMax: make([]int64, n), ResMin: make([]int64, n), ResMax: make([]int64, n),
-		Bands: make([][]int64, len(d.meta.Bands)), PeakEvent: -1}
+		Bands: make([][]int64, nb), PeakEvent: -1}
+	if wb != nil {
+		c.BandsMeta, c.Colors = wb.tb.Bands, wb.colors
+	}
 	for b := range c.Bands {
 		c.Bands[b] = make([]int64, n)
 	}
@@ -310,7 +369,28 @@ func (s *Server) Zoom(ctx context.Context, dev, start, end, cols int) (*Columns,
 			c.PeakBytes, c.PeakEvent = col.MaxAllocated, col.MaxEvent
 		}
 	}
+	c.Phase = columnPhases(d.x.Phases(c.Start, c.End), c.First, c.Last)
 	return c, nil
+}
+
+// columnPhases is the phase with the most events in each column (analysis.ColumnPhases).
+func columnPhases(runs []analysis.TimelinePhase, first, last []int) []string {
+	return analysis.ColumnPhases(runs, first, last)
+}
+
+// windowBands chooses the bands over [start, end) (the last choice is reused).
+func (d *device) windowBands(ctx context.Context, start, end, top int) (*windowBands, error) {
+	d.winMu.Lock()
+	defer d.winMu.Unlock()
+	if d.win != nil && d.win.start == start && d.win.end == end {
+		return d.win, nil
+	}
+	tb, err := d.x.ChooseBands(ctx, start, end, top)
+	if err != nil {
+		return nil, err
+	}
+	d.win = &windowBands{start: start, end: end, tb: tb, colors: render.BandColors(tb.Bands)}
+	return d.win, nil
 }
 
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
@@ -326,7 +406,7 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 		}
 		vals[i] = v
 	}
-	c, err := s.Zoom(r.Context(), vals[0], vals[1], vals[2], vals[3])
+	c, err := s.zoom(r.Context(), vals[0], vals[1], vals[2], vals[3], r.URL.Query().Get("bands") == "window")
 	if err != nil {
 		fail(w, http.StatusBadRequest, "%v", err)
 		return
@@ -346,15 +426,27 @@ type Segments struct {
 	Gap   int64         `json:"gap_bytes"`
 	// Place: per List entry, its row and its offset in the row (bytes).
 	Place [][2]int64 `json:"place"`
+	// TopSites: the sites holding the most allocated bytes in the map, largest first (at most
+	// 20): the side panel of a file without a trace.
+	TopSites []TopSite `json:"top_sites"`
+}
+
+// TopSite is a site's allocated bytes in a segment map.
+type TopSite struct {
+	Site   int   `json:"site"` // index in Sites
+	Bytes  int64 `json:"bytes"`
+	Blocks int   `json:"blocks"`
 }
 
 // SegmentJSON is one segment of the map.
 type SegmentJSON struct {
-	Address string     `json:"address"`
-	Size    int64      `json:"size"`
-	Stream  string     `json:"stream"`
-	Type    string     `json:"type"`
-	Blocks  [][4]int64 `json:"blocks"`
+	Address string `json:"address"`
+	Size    int64  `json:"size"`
+	Stream  string `json:"stream"`
+	Type    string `json:"type"`
+	// Pool is the segment's memory pool: "default", or the graph/private pool id "(a, b)".
+	Pool   string     `json:"pool"`
+	Blocks [][4]int64 `json:"blocks"`
 }
 
 // SiteJSON is a site of the map's blocks.
@@ -406,16 +498,36 @@ func (s *Server) SegmentMap(ctx context.Context, dev, at, width int) (*Segments,
 	for _, p := range l.Placed {
 		out.Place[p.Segment] = [2]int64{int64(p.Row), p.Offset}
 	}
+	siteBytes := map[int32]int64{}
+	siteBlocks := map[int32]int{}
 	for i, seg := range m.Map {
 		sj := SegmentJSON{Address: fmt.Sprintf("0x%x", seg.Address), Size: seg.Size, Stream: fmt.Sprintf("0x%x", seg.Stream), Type: seg.Type,
-			Blocks: make([][4]int64, len(seg.Blocks))}
+			Pool: "default", Blocks: make([][4]int64, len(seg.Blocks))}
+		if seg.Pool != (snapshot.PoolID{}) {
+			sj.Pool = fmt.Sprintf("(%d, %d)", seg.Pool[0], seg.Pool[1])
+		}
 		for k, b := range seg.Blocks {
 			sj.Blocks[k] = [4]int64{b.Offset, b.Size, int64(b.State), int64(b.Site)}
+			if b.State == snapshot.StateActiveAllocated && b.Site >= 0 {
+				siteBytes[b.Site] += b.Size
+				siteBlocks[b.Site]++
+			}
 		}
 		out.List[i] = sj
 	}
 	for i, st := range m.Sites {
 		out.Sites[i] = SiteJSON{SiteIdentity: st.SiteIdentity, Category: st.Category, Evidence: st.Evidence, Stack: st.Stack}
 	}
+	out.TopSites = []TopSite{}
+	for site, b := range siteBytes {
+		out.TopSites = append(out.TopSites, TopSite{Site: int(site), Bytes: b, Blocks: siteBlocks[site]})
+	}
+	slices.SortFunc(out.TopSites, func(a, b TopSite) int {
+		if a.Bytes != b.Bytes {
+			return cmp.Compare(b.Bytes, a.Bytes)
+		}
+		return cmp.Compare(a.Site, b.Site)
+	})
+	out.TopSites = out.TopSites[:min(len(out.TopSites), 20)]
 	return out, nil
 }

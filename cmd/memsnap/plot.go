@@ -37,12 +37,18 @@ func newPlotCmd() *cobra.Command {
 		Long: `plot draws a picture of a snapshot.
 
 --kind timeline (the default) draws allocated memory over the trace, stacked in bands by site:
-the --top N sites holding the most at the allocated peak get a band each (coloured by role:
-parameter, gradient, optimizer_state, activation, temporary, ...), every other site shares one
-gray band. The black line is reserved memory; markers show the peak, each OOM (red), step
-starts (dotted) and segment-release bursts (triangles: empty_cache() calls, the allocator's
-cache flushes after a failed cudaMalloc). The trace is cut into one column per pixel and each
-column keeps the maximum of its events, so a peak is never smoothed away. The x axis is the
+the --top N sites reaching the highest level in the window get a band each (a shade of their
+role's colour: parameter, gradient, optimizer_state, activation, temporary, ...; a site keeps its
+shade in every picture), every other site shares one gray band. The trace is cut into one column
+per pixel; each column keeps the minimum and maximum of its events: bands are drawn at the
+maximum, washed pale above the minimum, so a peak is never smoothed away and a sawtooth shows at
+any zoom. The black line is reserved memory; markers show the peak, each OOM (red), step starts
+(a dotted line per step, or a step-count axis when steps are dense), the phases (a strip:
+setup, forward, backward, optimizer, OOM unwinding) and segment-release bursts (triangles:
+empty_cache() calls, the allocator's cache flushes after a failed cudaMalloc). The device
+drawn is the one with an OOM, else the highest allocated peak (--device picks another); the
+picture and the text say what the other devices hold. --json prints the numbers drawn,
+with the envelope (each column's events and min/max allocated bytes) and every step start. The x axis is the
 trace event index (--x time: seconds, when every event has time_us); --window A:B draws events
 A to B-1 only (bands then come from the window's own peak).
 
@@ -100,6 +106,9 @@ never over the snapshot itself. The numbers drawn are printed (--json: one objec
 				return err
 			}
 			opt.Attribution = af.options()
+			if opt.Columns == 0 {
+				opt.Columns = render.TimelineColumns(ro)
+			}
 			pic, err := analysis.Picture(c.Context(), snap, opt)
 			var nt *analysis.NoTraceError
 			if errors.As(err, &nt) {
@@ -129,10 +138,10 @@ never over the snapshot itself. The numbers drawn are printed (--json: one objec
 	c.Flags().StringVarP(&out, "output", "o", "", "the picture to write: FILE.svg or FILE.png")
 	c.Flags().BoolVar(&force, "force", false, "replace the output file if it exists")
 	c.Flags().StringVar(&opt.Kind, "kind", analysis.PictureTimeline, "timeline (memory over the trace) or segments (the segments at one moment)")
-	c.Flags().IntVar(&device, "device", 0, "the CUDA device to draw (default: the one with the most trace events)")
+	c.Flags().IntVar(&device, "device", 0, "the CUDA device to draw (default: the one with an OOM, else the highest allocated peak; state-only files: the most allocated)")
 	c.Flags().StringVar(&window, "window", "", "timeline: draw trace events A to B-1 only (A:B; A: or :B leave one end open)")
 	c.Flags().IntVar(&opt.At, "at", -1, "segments: rebuild the segments after this trace event (default: the final state)")
-	c.Flags().IntVar(&opt.Top, "top", analysis.DefaultTimelineTop, "timeline: sites drawn as their own band (the largest at the peak); the rest share one band")
+	c.Flags().IntVar(&opt.Top, "top", analysis.DefaultTimelineTop, "timeline: sites drawn as their own band (the highest in the window); the rest share one band")
 	c.Flags().StringVar(&opt.X, "x", analysis.TimelineXEvent, "timeline: x axis, event (trace event index) or time (seconds; needs time_us on every event)")
 	c.Flags().IntVar(&ro.Width, "width", render.DefaultWidth, "picture width in pixels")
 	c.Flags().IntVar(&ro.Height, "height", render.DefaultHeight, "picture height in pixels")

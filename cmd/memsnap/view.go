@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/memsnap/memsnap/analysis"
 	"github.com/memsnap/memsnap/view"
 )
 
@@ -30,14 +29,21 @@ func newViewCmd() *cobra.Command {
 		Long: `view loads the snapshot once and serves a local page (its scripts are built into the binary:
 no CDN, nothing leaves the machine) at a loopback address, printed when ready.
 
-The timeline shows allocated memory stacked in bands by site (the largest at the allocated peak;
-colours by role), reserved memory as a black line, the peak, each OOM and step starts. Wheel to
+The page opens the device with an OOM, else the one with the highest allocated peak, and says
+what the other devices hold. The timeline shows allocated memory stacked in bands by site (the
+sites highest over the trace; a shade of their role's colour), each column pale between its
+events' minimum and maximum, reserved memory as a black line, the peak, each OOM, every step
+start (a line per step, or a step-count axis when dense) and the phases as a strip. Wheel to
 zoom, drag to pan, double-click for the whole trace; every zoom asks the server for exactly one
 column per pixel, cut from an index built at load, so a gigabyte snapshot stays responsive
 (pytorch.org/memory_viz holds the whole trace in the browser instead). Point at a band to see its
-site, role and bytes; click it for its stack. Peak and OOM buttons jump there. Below, the segment
-map: every segment with its blocks coloured by role and state, at the end of the file or, after
-a click on the timeline, rebuilt at that event.`,
+site, role and bytes; click it for its stack. Peak and OOM buttons jump there; the OOM button
+also explains it (request, free memory, verdict, live sites, stack). Allocations switches to
+one band per live allocation in allocation order (memory_viz's Active Memory Timeline; those
+under a pixel are summed): point at one for its size, events and stack, click to pin it. Below,
+the segment map: every segment with its blocks coloured by role and state, a legend, pools and
+streams, at the end of the file or, after a click on the timeline, rebuilt at that event; a
+file without a trace lists its top sites beside it.`,
 		Example: `  memsnap view snapshot.pickle
   memsnap view snapshot.pickle --http 127.0.0.1:8770`,
 		Args: needArgs(1, "a snapshot PATH"),
@@ -58,8 +64,8 @@ a click on the timeline, rebuilt at that event.`,
 			}
 			snap.Compact()
 			srv := view.New(snap, view.Options{Attribution: af.options(), Top: top, AnyHost: allowRemote})
-			if dev, err := analysis.PictureDevice(snap, nil); err == nil {
-				if err := srv.Prepare(c.Context(), dev); err != nil {
+			if len(snap.Devices()) > 0 { // the page opens on its default device: index it now
+				if err := srv.Prepare(c.Context(), srv.DefaultDevice()); err != nil {
 					return err
 				}
 			}
@@ -88,7 +94,7 @@ a click on the timeline, rebuilt at that event.`,
 	lo.addFlags(c)
 	af.addFlags(c)
 	c.Flags().StringVar(&addr, "http", "127.0.0.1:0", "listen address (loopback; port 0 picks a free port)")
-	c.Flags().IntVar(&top, "top", 12, "sites drawn as their own band (the largest at the peak)")
+	c.Flags().IntVar(&top, "top", 12, "sites drawn as their own band (the highest over the trace)")
 	c.Flags().BoolVar(&allowRemote, "allow-remote", false, "allow a non-loopback listen address (the page has no password)")
 	return c
 }

@@ -23,6 +23,11 @@ const S = {
   segDrawn: 0,
   lastZoomMS: 0,
   ready: false,
+  bands: [],           // the bands drawn: the whole trace's, or those chosen over the window
+  allocMode: false,    // the per-allocation view
+  allocs: null,        // the latest /api/allocations answer
+  allocToken: 0,
+  pinned: -1,          // the allocation clicked
 };
 
 // ---- formatting ----------------------------------------------------------------------------
@@ -42,6 +47,29 @@ function fmtCount(v) {
   return trim(v);
 }
 function trim(v) { return String(Math.round(v * 100) / 100); }
+// decimalsOf is the number of decimals that write v exactly (at most 7).
+function decimalsOf(v) {
+  for (let d = 0; d < 7; d++) {
+    const p = v * 10 ** d;
+    if (Math.abs(p - Math.round(p)) < 1e-6 * Math.max(1, Math.abs(p))) return d;
+  }
+  return 7;
+}
+// countTickLabel labels event ticks step apart up to hi so that neighbours differ (as
+// render.CountTickLabel): 1.25M, 120k, else every digit grouped.
+function countTickLabel(step, hi) {
+  for (const u of [{div: 1e6, suf: 'M', from: 1e6, to: Infinity, max: 2}, {div: 1e3, suf: 'k', from: 1e4, to: 1e6, max: 1}]) {
+    if (Math.abs(hi) < u.from || Math.abs(hi) >= u.to) continue;
+    const d = decimalsOf(step / u.div);
+    if (d <= u.max) return v => (Math.abs(v) < 1e-9 ? '0' : (v / u.div).toFixed(d) + u.suf);
+  }
+  return v => fmtInt(v);
+}
+function lowerBound(arr, v) {
+  let lo = 0, hi = arr.length;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (arr[mid] < v) lo = mid + 1; else hi = mid; }
+  return lo;
+}
 function unitFor(max) {
   if (max >= 2 ** 30) return ['GiB', 2 ** 30];
   if (max >= 2 ** 20) return ['MiB', 2 ** 20];
@@ -86,7 +114,7 @@ async function init() {
   document.title = S.meta.name + ' · memsnap view';
   const sel = $('device');
   for (const d of S.meta.devices) {
-    const o = el('option', '', `${d.device} (${fmtInt(d.events)} events, ${fmtBytes(d.reserved_bytes)} reserved)`);
+    const o = el('option', '', `${d.device} (${d.has_trace ? fmtInt(d.events) + ' events, ' : 'no trace, '}${d.has_trace ? 'peak ' + fmtBytes(d.peak_allocated_bytes) : fmtBytes(d.allocated_bytes) + ' allocated'}${d.ooms ? ', ' + d.ooms + ' OOM' : ''})`);
     o.value = d.device;
     sel.appendChild(o);
   }
@@ -94,6 +122,8 @@ async function init() {
   sel.addEventListener('change', () => loadDevice(Number(sel.value)));
   $('reset').addEventListener('click', () => setWindow(0, S.events));
   $('peak').addEventListener('click', zoomToPeak);
+  $('mode').addEventListener('click', () => setAllocMode(!S.allocMode));
+  if (S.meta.devices.length > 1) $('device-note').textContent = S.meta.device_note;
   $('seg-final').addEventListener('click', () => loadSegments(-1));
   $('seg-at').addEventListener('click', () => { if (S.selectedEvent >= 0) loadSegments(S.selectedEvent); });
   setupTimelineEvents();
@@ -104,6 +134,12 @@ async function init() {
 
 async function loadDevice(dev) {
   S.dev = dev;
+  // a new device opens on its bands (the per-allocation view asks again)
+  S.allocMode = false;
+  S.allocs = null;
+  S.pinned = -1;
+  $('mode').textContent = 'Allocations';
+  $('legend-section').classList.remove('hidden');
   S.data = null;
   S.selected = null;
   S.selectedEvent = -1;
@@ -118,11 +154,15 @@ async function loadDevice(dev) {
     $('subtitle').textContent = S.tm.reason;
     $('legend').textContent = '';
     $('ooms').textContent = '';
+    $('mode').disabled = true;
   } else {
     section.classList.remove('hidden');
     $('peak').disabled = false;
     $('reset').disabled = false;
+    $('mode').disabled = false;
+    $('legend-title').textContent = 'Bands (the sites highest in the trace; bytes at the peak)';
     S.colors = S.tm.colors;
+    S.bands = tl.bands;
     S.events = tl.events;
     S.win = {start: 0, end: tl.events};
     let sub = `device ${dev} · ${fmtInt(tl.events)} events · allocated peak ${fmtBytes(tl.peak_allocated_bytes)} after event ${fmtInt(tl.peak_event)} · reserved peak ${fmtBytes(tl.peak_reserved_bytes)}`;
@@ -140,7 +180,7 @@ async function loadDevice(dev) {
 function buildLegend() {
   const ol = $('legend');
   ol.textContent = '';
-  const bands = S.tm.timeline.bands;
+  const bands = S.bands;
   for (let b = bands.length - 1; b >= 0; b--) {
     const band = bands[b];
     const li = el('li');
@@ -148,9 +188,10 @@ function buildLegend() {
     const sw = el('span', 'swatch');
     sw.style.background = S.colors[b];
     li.appendChild(sw);
-    li.appendChild(el('span', 'name', band.other ? `${band.sites} other sites` : siteName(band)));
+    li.appendChild(el('span', 'name', band.other ? (band.sites === 1 ? '1 other site' : `${band.sites} other sites`) : siteName(band)));
     const sub = band.other ? `${fmtBytes(band.bytes_at_peak)} at the peak` : `${band.category} · ${fmtBytes(band.bytes_at_peak)} at the peak (${band.percent.toFixed(1)}%)`;
-    li.appendChild(el('span', 'sub', sub));
+    const upTo = band.max_bytes > band.bytes_at_peak ? ` · up to ${fmtBytes(band.max_bytes)}` : '';
+    li.appendChild(el('span', 'sub', sub + upTo));
     li.addEventListener('click', () => selectBand(b, -1));
     ol.appendChild(li);
   }
@@ -164,7 +205,7 @@ function buildOOMButtons() {
     const b = el('button', 'oom', ooms.length > 1 ? `OOM ${k + 1}` : 'OOM');
     b.type = 'button';
     b.title = `event ${fmtInt(o.event)}: ${fmtBytes(o.requested_bytes)} requested, ${fmtBytes(o.device_free_bytes)} free`;
-    b.addEventListener('click', () => zoomAround(o.event));
+    b.addEventListener('click', () => showOOM(k));
     span.appendChild(b);
   });
 }
@@ -210,7 +251,10 @@ async function fetchColumns(delay) {
       if (t !== S.token) return;
       S.lastZoomMS = performance.now() - t0;
       S.data = d;
-      $('status').textContent = `events ${fmtInt(d.start)}–${fmtInt(d.end - 1)} · ${d.first.length} columns (each keeps its events' maximum) · answered in ${S.lastZoomMS.toFixed(0)} ms · peak here ${fmtBytes(d.peak_bytes)} after event ${fmtInt(d.peak_event)}`;
+      useBands(S.tm.timeline.bands, S.tm.colors);
+      if (S.allocMode) { fetchAllocations(); return; }
+      if (d.start > 0 || d.end < S.events) fetchWindowBands(t, cols);
+      $('status').textContent = `events ${fmtInt(d.start)}–${fmtInt(d.end - 1)} · ${d.first.length} columns (each keeps its events' minimum and maximum; pale above the minimum) · answered in ${S.lastZoomMS.toFixed(0)} ms · peak here ${fmtBytes(d.peak_bytes)} after event ${fmtInt(d.peak_event)}`;
       drawTimeline();
     } catch (e) {
       $('status').textContent = 'zoom failed: ' + e.message;
@@ -293,23 +337,16 @@ function drawTimeline() {
   ctx.beginPath(); ctx.rect(box.left, box.top - 10, box.right - box.left, box.bottom - box.top + 10); ctx.clip();
   const tl = S.tm.timeline;
   // step starts
-  const steps = tl.steps.start_events.filter(e => e >= S.win.start && e < S.win.end);
-  if (steps.length && steps.length < 400) {
-    ctx.strokeStyle = '#c4c4c4';
-    ctx.setLineDash([2, 3]);
-    ctx.beginPath();
-    for (const e of steps) { const x = Math.round(xOf(e, box)) + 0.5; ctx.moveTo(x, box.top); ctx.lineTo(x, box.bottom); }
-    ctx.stroke();
-    ctx.setLineDash([]);
-  }
+  drawSteps(ctx, box, tl);
   // bands: one path of rectangles per band
   const n = d.first.length;
   const x0 = new Float64Array(n), x1 = new Float64Array(n), base = new Float64Array(n);
   for (let k = 0; k < n; k++) {
     x0[k] = xOf(d.first[k], box);
-    x1[k] = Math.max(xOf(d.last[k] + 1, box), x0[k] + 0.5);
+    x1[k] = Math.max(xOf(d.last[k] + 1, box), x0[k] + 1);
   }
-  for (let b = 0; b < d.bands.length; b++) {
+  if (S.allocMode && S.allocs) drawAllocations(ctx, box, yOf);
+  for (let b = 0; b < d.bands.length && !S.allocMode; b++) {
     ctx.fillStyle = S.colors[b] || '#ccc';
     ctx.beginPath();
     const vals = d.bands[b];
@@ -323,6 +360,25 @@ function drawTimeline() {
     }
     ctx.fill();
   }
+  // the envelope: pale between each column's minimum and maximum, a line at the minimum
+  if (!S.allocMode) {
+    ctx.fillStyle = 'rgba(255,255,255,0.6)';
+    ctx.beginPath();
+    for (let k = 0; k < n; k++) {
+      const ya = yOf(d.alloc_min[k]), yb = yOf(d.alloc_max[k]);
+      if (ya - yb > 0.5) ctx.rect(x0[k], yb, x1[k] - x0[k] + 0.3, ya - yb);
+    }
+    ctx.fill();
+    ctx.strokeStyle = '#555';
+    ctx.beginPath();
+    for (let k = 0; k < n; k++) {
+      const y = yOf(d.alloc_min[k]);
+      if (k === 0) ctx.moveTo(x0[k], y); else ctx.lineTo(x0[k], y);
+      ctx.lineTo(x1[k], y);
+    }
+    ctx.stroke();
+  }
+  drawPhases(ctx, box, tl);
   // reserved
   ctx.strokeStyle = '#1f1f1f';
   ctx.lineWidth = 1.5;
@@ -386,10 +442,11 @@ function drawTimeline() {
   ctx.textAlign = 'center';
   ctx.textBaseline = 'top';
   const xstep = niceStep(S.win.end - S.win.start, 8);
+  const xlabel = countTickLabel(xstep, S.win.end);
   for (let v = Math.ceil(S.win.start / xstep) * xstep; v <= S.win.end; v += xstep) {
     const x = xOf(v, box);
     ctx.beginPath(); ctx.moveTo(x, box.bottom); ctx.lineTo(x, box.bottom + 5); ctx.stroke();
-    ctx.fillText(fmtCount(v), x, box.bottom + 7);
+    ctx.fillText(xlabel(v), x, box.bottom + 7);
   }
   ctx.fillText('trace event', (box.left + box.right) / 2, box.bottom + 23);
   S.drawn++;
@@ -440,6 +497,14 @@ function setupTimelineEvents() {
   window.addEventListener('mouseup', ev => {
     const drag = S.drag;
     S.drag = null;
+    if (drag && !drag.moved && ev.target === c && S.allocMode) {
+      const r = c.getBoundingClientRect();
+      const i = allocHit(ev.clientX - r.left, ev.clientY - r.top);
+      S.pinned = S.pinned === i ? -1 : i;
+      if (i >= 0) showAllocation(i);
+      drawTimeline();
+      return;
+    }
     if (drag && !drag.moved && ev.target === c) {
       const r = c.getBoundingClientRect();
       const h = hit(ev.clientX - r.left, ev.clientY - r.top);
@@ -463,11 +528,22 @@ function setupTimelineEvents() {
       tip.classList.add('hidden');
       return;
     }
+    if (S.allocMode) {
+      const i = allocHit(x, y);
+      if (i < 0) { tip.classList.add('hidden'); return; }
+      const a = S.allocs.allocations[i];
+      tip.textContent = `${a.site}\n${a.role} · ${fmtBytes(a.size)}\nallocated ${a.alloc_event === null ? 'before the trace' : 'at event ' + fmtInt(a.alloc_event)}, ${a.free_event === null ? 'never freed' : 'freed at event ' + fmtInt(a.free_event)}`;
+      tip.classList.remove('hidden');
+      tip.style.left = Math.min(x + 14, c.clientWidth - tip.offsetWidth - 4) + 'px';
+      tip.style.top = (y + 14) + 'px';
+      if (S.pinned < 0 && S.hovered !== i) { S.hovered = i; showAllocation(i); }
+      return;
+    }
     const h = hit(x, y);
     if (!h || h.band < 0) { tip.classList.add('hidden'); return; }
-    const band = S.tm.timeline.bands[h.band];
+    const band = S.bands[h.band];
     const d = S.data;
-    const name = band.other ? `${band.sites} other sites` : siteName(band);
+    const name = band.other ? (band.sites === 1 ? '1 other site' : `${band.sites} other sites`) : siteName(band);
     tip.textContent = `${name}\n${band.other ? 'several roles' : band.category} · ${fmtBytes(h.bytes)}\nevents ${fmtInt(d.first[h.col])}–${fmtInt(d.last[h.col])} (at ${fmtInt(d.max_event[h.col])}: ${fmtBytes(d.alloc_max[h.col])} allocated)`;
     tip.classList.remove('hidden');
     const left = Math.min(x + 14, c.clientWidth - tip.offsetWidth - 4);
@@ -508,7 +584,7 @@ function showDetails(title, rows, stack, note) {
 }
 
 function selectBand(b, col) {
-  const band = S.tm.timeline.bands[b];
+  const band = S.bands[b];
   for (const li of document.querySelectorAll('#legend li')) li.classList.toggle('selected', Number(li.dataset.band) === b);
   S.selected = {band: b, col};
   const rows = [];
@@ -525,7 +601,7 @@ function selectBand(b, col) {
   }
   rows.push(['at the peak', `${fmtBytes(band.bytes_at_peak)} in ${fmtInt(band.blocks_at_peak)} blocks (${band.percent.toFixed(1)}%)`]);
   rows.push(['highest', fmtBytes(band.max_bytes)]);
-  const title = band.other ? `${band.sites} other sites` : siteName(band);
+  const title = band.other ? (band.sites === 1 ? '1 other site' : `${band.sites} other sites`) : siteName(band);
   showDetails(title, rows, band.stack, band.evidence);
 }
 
@@ -551,6 +627,8 @@ async function loadSegments(at) {
     (S.segRows[row] = S.segRows[row] || []).push(i);
   });
   for (const r of S.segRows) if (r) r.sort((a, b) => s.place[a][1] - s.place[b][1]);
+  buildSegLegend();
+  if (!S.tm || !S.tm.has_trace) buildTopSites();
   drawSegments();
 }
 
@@ -609,6 +687,7 @@ function drawSegments() {
     ctx.strokeStyle = '#555';
     ctx.strokeRect(x, y, seg.size * scale, box.bar);
   }
+  drawSegLabels(ctx, box);
   S.segDrawn++;
   c.dataset.drawn = String(S.segDrawn);
 }
@@ -649,7 +728,7 @@ function setupSegmentEvents() {
     if (!h) return;
     const seg = S.seg.list[h.seg], blk = seg.blocks[h.block];
     const site = blk[3] >= 0 ? S.seg.sites[blk[3]] : null;
-    c.title = `${fmtBytes(blk[1])} ${stateNames[blk[2]]}${site ? '\n' + siteName(site) + ' · ' + site.category : ''}\nsegment ${seg.address}: ${fmtBytes(seg.size)} ${seg.type}, stream ${seg.stream}`;
+    c.title = `${fmtBytes(blk[1])} ${stateNames[blk[2]]}${site ? '\n' + siteName(site) + ' · ' + site.category : ''}\nsegment ${seg.address}: ${fmtBytes(seg.size)} ${seg.type}, ${seg.pool} pool, stream ${seg.stream}`;
   });
   c.addEventListener('click', ev => {
     const r = c.getBoundingClientRect();
@@ -699,6 +778,292 @@ window.memsnapView = {
     return n;
   },
   zoom(start, end) { setWindow(start, end); return fetchColumns(0); },
+  // allocations turns the per-allocation view on and waits for its answer.
+  async allocations() { S.allocMode = true; setAllocMode(true); await fetchColumns(0); await fetchAllocations(); return S.allocs.allocations.length; },
+  // pointForAllocation: page coordinates of the middle of allocation i where it is alive.
+  pointForAllocation(i) {
+    const a = S.allocs, sp = a.spans[i];
+    const k = Math.floor((sp.from + sp.to - 1) / 2);
+    const box = plotBox(), top = yTop();
+    const r = $('timeline').getBoundingClientRect();
+    const x = (xOf(a.first[k], box) + xOf(a.last[k] + 1, box)) / 2;
+    const y = box.bottom - (sp.lo[k - sp.from] + a.allocations[i].size / 2) / top * (box.bottom - box.top);
+    return {x: r.left + window.scrollX + x, y: r.top + window.scrollY + y};
+  },
 };
 
 init();
+
+// ---- steps and phases by level of detail ---------------------------------------------------
+
+function drawSteps(ctx, box, tl) {
+  const all = tl.steps.start_events;
+  const a = lowerBound(all, S.win.start), b = lowerBound(all, S.win.end);
+  const count = b - a;
+  if (count <= 0) return;
+  const width = box.right - box.left;
+  ctx.strokeStyle = '#c4c4c4';
+  ctx.setLineDash([2, 3]);
+  ctx.beginPath();
+  if (width / count >= 5) {
+    for (let i = a; i < b; i++) { const x = Math.round(xOf(all[i], box)) + 0.5; ctx.moveTo(x, box.top); ctx.lineTo(x, box.bottom); }
+    ctx.stroke();
+    ctx.setLineDash([]);
+    return;
+  }
+  // dense: a step-count axis, a tick every nice number of steps about 70 px apart
+  const every = Math.max(1, niceStep(count * 70 / width, 1));
+  const labels = [];
+  for (let i = Math.ceil(a / every) * every; i < b; i += every) {
+    const x = Math.round(xOf(all[i], box)) + 0.5;
+    ctx.moveTo(x, box.top + 12); ctx.lineTo(x, box.bottom);
+    labels.push([x, i]);
+  }
+  ctx.stroke();
+  ctx.setLineDash([]);
+  ctx.fillStyle = '#666';
+  ctx.font = '10px "Liberation Sans", Arial, sans-serif';
+  ctx.textAlign = 'center';
+  ctx.textBaseline = 'top';
+  for (const [x, i] of labels) ctx.fillText('step ' + i, x, box.top + 1);
+  ctx.textBaseline = 'middle';
+}
+
+const phaseColors = {setup: '#b8c4d6', forward: '#8cc084', backward: '#f0a85c', optimizer: '#a78bc9', oom_unwinding: '#e57373'};
+
+function drawPhases(ctx, box, tl) {
+  // one piece of strip per column: the phase with the most events there (from the server)
+  const d = S.data;
+  if (!d || !d.phase) return;
+  for (let k = 0; k < d.first.length; k++) {
+    const name = d.phase[k];
+    if (!name) continue;
+    const xa = xOf(d.first[k], box), xb = Math.max(xOf(d.last[k] + 1, box), xa + 1);
+    ctx.fillStyle = phaseColors[name] || '#ccc';
+    ctx.fillRect(xa, box.bottom - 6, xb - xa + 0.3, 6);
+  }
+}
+
+// ---- the per-allocation view (memory_viz's Active Memory Timeline) -------------------------
+
+async function fetchAllocations() {
+  if (!S.allocMode) return;
+  const box = plotBox();
+  const cols = Math.max(10, Math.round(box.right - box.left));
+  const t = ++S.allocToken;
+  const a = await getJSON(`/api/allocations?device=${S.dev}&start=${S.win.start}&end=${S.win.end}&cols=${cols}&height=${Math.round(box.bottom - box.top)}`);
+  if (t !== S.allocToken) return;
+  S.allocs = a;
+  layoutAllocations();
+  $('status').textContent = `events ${fmtInt(a.start)}–${fmtInt(a.end - 1)} · ${fmtInt(a.allocations.length)} allocations drawn (in allocation order), ${fmtInt(a.aggregated)} smaller than ${fmtBytes(a.min_bytes)} summed in gray`;
+  drawTimeline();
+}
+
+// layoutAllocations stacks the allocations per column in allocation order: lo[i][k] is the
+// bottom of allocation i in column k (NaN where it is not alive).
+function layoutAllocations() {
+  const a = S.allocs, n = a.first.length;
+  const off = new Float64Array(n);
+  a.spans = a.allocations.map(x => {
+    const from = x.alloc_event === null ? 0 : lowerBound(a.max_event, x.alloc_event);
+    const to = x.free_event === null ? n : lowerBound(a.max_event, x.free_event);
+    const lo = new Float64Array(Math.max(to - from, 0));
+    for (let k = from; k < to; k++) { lo[k - from] = off[k]; off[k] += x.size; }
+    return {from, to, lo};
+  });
+  a.top = off;
+}
+
+function allocColor(x, i) {
+  const base = (S.meta.role_colors[x.role] || '#a0a0a0');
+  const r = parseInt(base.slice(1, 3), 16), g = parseInt(base.slice(3, 5), 16), b = parseInt(base.slice(5, 7), 16);
+  const f = [0, -0.18, 0.22, -0.32, 0.36][i % 5];
+  const to = f < 0 ? 0 : 255, m = Math.abs(f);
+  const c = v => Math.round(v * (1 - m) + to * m);
+  return `rgb(${c(r)},${c(g)},${c(b)})`;
+}
+
+function drawAllocations(ctx, box, yOf) {
+  const a = S.allocs;
+  if (!a || !a.spans) return;
+  const x0 = k => xOf(a.first[k], box), x1 = k => Math.max(xOf(a.last[k] + 1, box), x0(k) + 1);
+  a.allocations.forEach((x, i) => {
+    const sp = a.spans[i];
+    if (sp.to <= sp.from) return;
+    ctx.fillStyle = S.pinned === i ? '#2b6cb0' : allocColor(x, i);
+    ctx.beginPath();
+    ctx.moveTo(x0(sp.from), yOf(sp.lo[0]));
+    for (let k = sp.from; k < sp.to; k++) { const y = yOf(sp.lo[k - sp.from] + x.size); ctx.lineTo(x0(k), y); ctx.lineTo(x1(k), y); }
+    for (let k = sp.to - 1; k >= sp.from; k--) { const y = yOf(sp.lo[k - sp.from]); ctx.lineTo(x1(k), y); ctx.lineTo(x0(k), y); }
+    ctx.closePath();
+    ctx.fill();
+  });
+  ctx.fillStyle = '#cfcfcf';
+  ctx.beginPath();
+  for (let k = 0; k < a.first.length; k++) {
+    const v = a.aggregated_bytes[k];
+    if (v > 0) { const ya = yOf(a.top[k]), yb = yOf(a.top[k] + v); ctx.rect(x0(k), yb, x1(k) - x0(k), ya - yb); }
+  }
+  ctx.fill();
+}
+
+// allocHit finds the allocation under (x, y) of the timeline canvas (-1: none).
+function allocHit(x, y) {
+  const a = S.allocs;
+  if (!a || !a.spans) return -1;
+  const box = plotBox();
+  if (x < box.left || x > box.right || y < box.top || y > box.bottom) return -1;
+  const k = Math.max(0, lowerBound(a.first, eventAt(x, box) + 1e-9) - 1);
+  const v = (box.bottom - y) / (box.bottom - box.top) * yTop();
+  for (let i = 0; i < a.allocations.length; i++) {
+    const sp = a.spans[i];
+    if (k < sp.from || k >= sp.to) continue;
+    const lo = sp.lo[k - sp.from];
+    if (v >= lo && v < lo + a.allocations[i].size) return i;
+  }
+  return -1;
+}
+
+const stackCache = new Map();
+async function getStack(id) {
+  if (id < 0) return null;
+  if (!stackCache.has(id)) stackCache.set(id, getJSON(`/api/stack?id=${id}&device=${S.dev}`));
+  return stackCache.get(id);
+}
+
+async function showAllocation(i) {
+  const x = S.allocs.allocations[i];
+  const rows = [['size', `${fmtBytes(x.size)} (${fmtInt(x.size)} B) at ${x.addr}`], ['role', x.role],
+    ['allocated', x.alloc_event === null ? 'before the trace' : `at event ${fmtInt(x.alloc_event)}`],
+    ['freed', x.free_event === null ? 'never (alive at the end)' : `at event ${fmtInt(x.free_event)}`]];
+  const st = await getStack(x.stack_id).catch(() => null);
+  showDetails(x.site, rows, st ? st.frames : [], st ? st.evidence : '');
+}
+
+function setAllocMode(on) {
+  S.allocMode = on;
+  $('mode').textContent = on ? 'Bands by site' : 'Allocations';
+  $('legend-section').classList.toggle('hidden', on);
+  if (on) fetchAllocations(); else { S.allocs = null; fetchColumns(0); }
+  drawTimeline();
+}
+
+// ---- the OOM, explained --------------------------------------------------------------------
+
+async function showOOM(k) {
+  const o = S.tm.timeline.ooms[k];
+  zoomAround(o.event);
+  let rep = null;
+  try {
+    const r = await getJSON(`/api/oom?device=${S.dev}`);
+    rep = r.ooms.find(x => x.event_index === o.event) || r.ooms[k];
+  } catch (e) { /* the marker's own numbers below */ }
+  const rows = [['requested', `${fmtBytes(o.requested_bytes)} (${fmtInt(o.requested_bytes)} B)`],
+    ['device free', fmtBytes(o.device_free_bytes)], ['allocated', fmtBytes(o.allocated_bytes)], ['reserved', fmtBytes(o.reserved_bytes)]];
+  let note = '';
+  if (rep) {
+    rows.push(['verdict', rep.verdict]);
+    rows.push(['live sites', rep.live_sites.slice(0, 8).map(s => `${siteName(s)} ${s.category} ${fmtBytes(s.bytes)}`).join('\n')]);
+    note = rep.explanation;
+  }
+  showDetails(`OOM at event ${fmtInt(o.event)}`, rows, rep ? rep.stack : [], note);
+  $('details').dataset.oom = String(o.event);
+}
+
+// ---- segment map legend, pools and streams, top sites --------------------------------------
+
+// segGroups are the runs of rows of one pool, stream and segment type (the layout packs
+// segments by pool and stream).
+function segGroups() {
+  const s = S.seg, groups = [];
+  const order = s.list.map((_, i) => i).sort((a, b) => s.place[a][0] - s.place[b][0] || s.place[a][1] - s.place[b][1]);
+  for (const i of order) {
+    const seg = s.list[i], key = `${seg.pool}|${seg.stream}`;
+    const g = groups[groups.length - 1];
+    if (g && g.key === key) { g.last = s.place[i][0]; g.bytes += seg.size; g.n++; continue; }
+    groups.push({key, pool: seg.pool, stream: seg.stream, first: s.place[i][0], last: s.place[i][0], seg: i, bytes: seg.size, n: 1});
+  }
+  return groups;
+}
+
+function buildSegLegend() {
+  const s = S.seg, box = $('seg-legend');
+  box.textContent = '';
+  const item = (color, label) => {
+    const span = el('span');
+    const sw = el('span', 'sw');
+    sw.style.background = color;
+    span.appendChild(sw);
+    span.appendChild(document.createTextNode(label));
+    box.appendChild(span);
+  };
+  for (const r of s.roles || []) item(S.meta.role_colors[r.category] || '#a0a0a0', `${r.category} ${fmtBytes(r.bytes)}`);
+  if (s.pending_free_bytes) item(S.meta.pending_color, `freed, waiting for another stream ${fmtBytes(s.pending_free_bytes)}`);
+  item(S.meta.inactive_color, `cached free ${fmtBytes(s.inactive_bytes)}`);
+  for (const g of segGroups()) {
+    box.appendChild(el('span', 'muted', `rows ${g.first + 1}–${g.last + 1}: ${g.pool} pool, stream ${g.stream} (${g.n} segments, ${fmtBytes(g.bytes)})`));
+  }
+}
+
+// buildTopSites fills the side panel of a device without a trace with the segment map's top
+// sites.
+function buildTopSites() {
+  const ol = $('legend'), s = S.seg;
+  ol.textContent = '';
+  $('legend-title').textContent = 'Top sites (allocated in the segments)';
+  for (const t of s.top_sites || []) {
+    const site = s.sites[t.site];
+    const li = el('li');
+    const sw = el('span', 'swatch');
+    sw.style.background = S.meta.role_colors[site.category] || '#a0a0a0';
+    li.appendChild(sw);
+    li.appendChild(el('span', 'name', siteName(site)));
+    li.appendChild(el('span', 'sub', `${site.category} · ${fmtBytes(t.bytes)} in ${fmtInt(t.blocks)} blocks`));
+    li.addEventListener('click', () => showDetails(siteName(site), [['role', site.category], ['allocated', `${fmtBytes(t.bytes)} in ${fmtInt(t.blocks)} blocks`]], site.stack, site.evidence));
+    ol.appendChild(li);
+  }
+}
+
+// drawSegLabels writes each pool and stream at the start of its first row.
+function drawSegLabels(ctx, box) {
+  const s = S.seg;
+  if (box.pitch < 12) return;
+  ctx.font = '10px "Liberation Sans", Arial, sans-serif';
+  ctx.textBaseline = 'top';
+  ctx.textAlign = 'left';
+  for (const g of segGroups()) {
+    const y = box.top + g.first * box.pitch;
+    const label = `${g.pool} pool · stream ${g.stream}`;
+    const w = ctx.measureText(label).width;
+    ctx.fillStyle = 'rgba(255,255,255,0.85)';
+    ctx.fillRect(box.left + 2, y + 1, w + 4, 11);
+    ctx.fillStyle = '#333';
+    ctx.fillText(label, box.left + 4, y + 1);
+  }
+}
+
+// ---- bands chosen over the window shown ----------------------------------------------------
+
+// useBands switches the bands drawn (and the legend) when they change.
+function useBands(bands, colors) {
+  if (S.bands === bands) return;
+  S.bands = bands;
+  S.colors = colors;
+  if (bands === S.tm.timeline.bands) $('legend-title').textContent = 'Bands (the sites highest in the trace; bytes at the peak)';
+  buildLegend();
+}
+
+// fetchWindowBands asks, once a zoom has settled, for the same columns with the bands chosen
+// over the window (the sites highest in it), and draws those.
+async function fetchWindowBands(token, cols) {
+  await new Promise(res => setTimeout(res, 250));
+  if (token !== S.token || S.allocMode) return;
+  try {
+    const d = await getJSON(`/api/timeline?device=${S.dev}&start=${S.win.start}&end=${S.win.end}&cols=${cols}&bands=window`);
+    if (token !== S.token || S.allocMode) return;
+    S.data = d;
+    useBands(d.bands_meta, d.colors);
+    $('legend-title').textContent = `Bands (the sites highest in events ${fmtInt(d.start)}–${fmtInt(d.end - 1)}; bytes at the window's peak)`;
+    drawTimeline();
+  } catch (e) { /* the whole trace's bands stay */ }
+}
