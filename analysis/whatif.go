@@ -870,6 +870,20 @@ func applyOOMWhatIf(o *OOMEvent, w *OOMWhatIf) {
 		return
 	}
 	o.ExpandableWhatIf = w
+	s := oomWhatIfSentence(w)
+	// The fragmentation verdict cites the replay; other verdicts only when it contradicts them
+	// (expandable segments would have served the request after all), and only a replay that
+	// reproduces the recorded OOM may contradict a verdict or change a fix (the advice rules
+	// oom.frag.* read it).
+	if o.Verdict != VerdictFragmentation && (!w.Avoided || !w.BaselineReproduced) {
+		return
+	}
+	o.Explanation += "; " + s
+	o.advise()
+}
+
+// oomWhatIfSentence words what the expandable-segments replay found for an OOM.
+func oomWhatIfSentence(w *OOMWhatIf) string {
 	var s string
 	if w.Avoided {
 		s = fmt.Sprintf("replaying the trace with expandable_segments:True, this request fits with %s to spare", FormatBytes(w.HeadroomBytes))
@@ -879,21 +893,7 @@ func applyOOMWhatIf(o *OOMEvent, w *OOMWhatIf) {
 	if !w.BaselineReproduced {
 		s += " (indicative only: the replay with the file's own settings does not reproduce this OOM)"
 	}
-	// The fragmentation verdict cites the replay; other verdicts only when it contradicts them
-	// (expandable segments would have served the request after all), and only a replay that
-	// reproduces the recorded OOM may contradict a verdict or rewrite a fix.
-	if o.Verdict != VerdictFragmentation && (!w.Avoided || !w.BaselineReproduced) {
-		return
-	}
-	o.Explanation += "; " + s
-	if o.Verdict != VerdictFragmentation || len(o.Fixes) == 0 || !w.BaselineReproduced {
-		return
-	}
-	if w.Avoided {
-		o.Fixes[0] = fmt.Sprintf("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free memory in a pool stays contiguous: %s", s)
-	} else {
-		o.Fixes[0] = fmt.Sprintf("expandable_segments:True is not enough here: %s; lower the peak (the fixes below) or combine it with them", s)
-	}
+	return s
 }
 
 // errModel marks a panic of the allocator model turned into an error.
