@@ -169,11 +169,24 @@ func TestConsistency(t *testing.T) {
 						}
 					}
 				}
-				// One workload per device: summarize says the same as replay.
+				// One workload, one peak definition and one verdict on the final state per
+				// device: summarize says what replay says.
 				for _, d := range sum.Devices {
-					if d.Device == r.Device && r.HasTrace && d.Workload != "" && r.Workload != "" && d.Workload != r.Workload {
+					if d.Device != r.Device || !r.HasTrace {
+						continue
+					}
+					if d.Workload != "" && r.Workload != "" && d.Workload != r.Workload {
 						t.Errorf("device %d: summarize says workload %s, replay %s", d.Device, d.Workload, r.Workload)
 					}
+					if !d.Trace.PeaksAreFinalState && (d.Trace.PeakAllocatedBytes != r.PeakAllocatedBytes || d.Trace.PeakAllocatedBasis != r.PeakAllocatedBasis) {
+						t.Errorf("device %d: summarize's peak %d (%s), replay's %d (%s)", d.Device, d.Trace.PeakAllocatedBytes, d.Trace.PeakAllocatedBasis, r.PeakAllocatedBytes, r.PeakAllocatedBasis)
+					}
+					if d.Trace.LandsOnFinalState != r.Consistent {
+						t.Errorf("device %d: summarize says the trace lands on the final state: %v, replay: %v", d.Device, d.Trace.LandsOnFinalState, r.Consistent)
+					}
+				}
+				if r.PeakAllocatedBasis != sizeBasis(r.SizesAreRequested) {
+					t.Errorf("replay: peak basis %q with sizes_are_requested %v", r.PeakAllocatedBasis, r.SizesAreRequested)
 				}
 			}
 
@@ -232,12 +245,32 @@ func TestConsistency(t *testing.T) {
 				}
 			}
 			checkBursts(t, "fragmentation", snap, fr.SegmentBursts)
+			// fragmentation's trace peak is replay's.
+			if fr.TracePeakAllocatedBytes > 0 {
+				for _, r := range rep.Devices {
+					if r.Device == fr.TracePeakDevice && (r.PeakAllocatedBytes != fr.TracePeakAllocatedBytes || r.PeakAllocatedEvent != fr.TracePeakEvent || r.PeakAllocatedBasis != fr.TracePeakAllocatedBasis) {
+						t.Errorf("fragmentation's trace peak %d at event %d (%s), replay's %d at event %d (%s)", fr.TracePeakAllocatedBytes, fr.TracePeakEvent, fr.TracePeakAllocatedBasis, r.PeakAllocatedBytes, r.PeakAllocatedEvent, r.PeakAllocatedBasis)
+					}
+				}
+			}
 
 			if snap.Caps.HasTrace {
 				wi, err := WhatIf(ctx, snap, nil, WhatIfOptions{Settings: []WhatIfSetting{{Key: "expandable_segments", Value: "True"}}})
 				if err == nil {
 					textFromStruct(t, "whatif", wi)
 					checkCaveats(t, "whatif", snap, wi.Text())
+					// whatif's recorded peak is replay's, labelled alike; its runs count rounded bytes.
+					for _, d := range wi.Devices {
+						if d.PeakAllocatedBasis != "rounded" {
+							t.Errorf("whatif device %d: runs' peaks not labelled rounded", d.Device)
+						}
+						for _, r := range rep.Devices {
+							f := d.Fidelity
+							if r.Device == d.Device && f.RecordedPeakAllocatedBytes > 0 && (f.RecordedPeakAllocatedBytes != r.PeakAllocatedBytes || f.RecordedPeakAllocatedBasis != r.PeakAllocatedBasis) {
+								t.Errorf("whatif device %d: recorded peak %d (%s), replay's %d (%s)", d.Device, f.RecordedPeakAllocatedBytes, f.RecordedPeakAllocatedBasis, r.PeakAllocatedBytes, r.PeakAllocatedBasis)
+							}
+						}
+					}
 				}
 			}
 		})

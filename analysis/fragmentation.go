@@ -96,6 +96,13 @@ type FragmentationResult struct {
 	Groups        []FragGroup    `json:"groups"`
 	TotalGroups   int            `json:"total_groups"`
 	Advice        []string       `json:"advice"`
+	// TracePeakAllocatedBytes: the trace's allocated peak as replay counts it (0 without a
+	// trace), at TracePeakEvent on TracePeakDevice; TracePeakAllocatedBasis says whether it
+	// counts requested or rounded bytes.
+	TracePeakAllocatedBytes int64  `json:"trace_peak_allocated_bytes"`
+	TracePeakAllocatedBasis string `json:"trace_peak_allocated_basis"`
+	TracePeakEvent          int    `json:"trace_peak_event"`
+	TracePeakDevice         int    `json:"trace_peak_device"`
 	// AdviceItems: Advice with the rule of the advice table (advice.go) that gave each.
 	AdviceItems []AdviceItem `json:"advice_items"`
 	Notes       []string     `json:"notes"`
@@ -253,6 +260,9 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 	r.TotalGroups = len(r.Groups)
 	tr := fragTrace(snap, opt)
 	r.SegmentBursts = tr.bursts
+	if tr.peakAlloc > 0 {
+		r.TracePeakAllocatedBytes, r.TracePeakAllocatedBasis, r.TracePeakEvent, r.TracePeakDevice = tr.peakAlloc, sizeBasis(tr.peakRequested), tr.peakEvent, tr.peakDev
+	}
 	r.DeviceAtLimit = tr.oom || tr.retries > 0 || (opt.DeviceTotalBytes > 0 && r.ReservedBytes*10 >= opt.DeviceTotalBytes*9)
 	r.Verdict, r.Summary, r.AdviceItems = fragAdvice(snap, r, tr, opt)
 	r.Advice = adviceTexts(r.AdviceItems)
@@ -274,45 +284,30 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 
 // fragTraceInfo is what the trace adds to the final state's cache.
 type fragTraceInfo struct {
-	hasTrace    bool
-	peakAlloc   int64 // highest allocated bytes over the trace (largest device), 0 without allocs
-	peakDev     int
-	peakEvent   int
-	oom         bool
-	retries     int // cudaMalloc-failure retry bursts
-	bursts      []SegmentBurst
-	deviceCount int
+	hasTrace      bool
+	peakAlloc     int64 // highest allocated bytes over the trace (largest device), 0 without allocs
+	peakDev       int
+	peakEvent     int
+	peakRequested bool // peakAlloc counts requested bytes (the trace records them), not rounded
+	oom           bool
+	retries       int // cudaMalloc-failure retry bursts
+	bursts        []SegmentBurst
+	deviceCount   int
 }
 
-// fragTrace reads the traces of the devices asked for: the allocated peak (alloc adds the size,
-// free_completed removes it; the baseline is the final allocated bytes minus the trace's net
-// change), oom events and segment-release bursts.
+// fragTrace reads the traces of the devices asked for: the allocated peak (as replay counts it),
+// oom events and segment-release bursts.
 func fragTrace(snap *snapshot.Snapshot, opt FragOptions) fragTraceInfo {
 	var t fragTraceInfo
-	finalAlloc := map[int]int64{}
-	for si := range snap.Segments {
-		s := &snap.Segments[si]
-		for _, b := range s.Blocks {
-			if b.State == snapshot.StateActiveAllocated {
-				finalAlloc[s.Device] += b.Size
-			}
-		}
-	}
 	var roles *Roles
 	for dev, evs := range snap.DeviceTraces {
 		if (opt.Device >= 0 && dev != opt.Device) || len(evs) == 0 {
 			continue
 		}
 		t.deviceCount++
-		var cur, hi int64
-		hiIdx, allocs, segFrees := -1, 0, 0
-		for i, ev := range evs {
+		segFrees := 0
+		for _, ev := range evs {
 			switch ev.Action {
-			case snapshot.ActionAlloc:
-				cur += ev.Size
-				allocs++
-			case snapshot.ActionFreeCompleted:
-				cur -= ev.Size
 			case snapshot.ActionOOM:
 				t.oom = true
 			case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
@@ -321,14 +316,11 @@ func fragTrace(snap *snapshot.Snapshot, opt FragOptions) fragTraceInfo {
 				continue
 			}
 			t.hasTrace = true
-			if cur > hi {
-				hi, hiIdx = cur, i
-			}
 		}
-		if allocs > 0 && hiIdx >= 0 {
-			if peak := finalAlloc[dev] - cur + hi; peak > t.peakAlloc {
-				t.peakAlloc, t.peakDev, t.peakEvent = peak, dev, hiIdx
-			}
+		// The trace's peak as replay and summarize count it (one definition: replayPeaks), in
+		// the trace's own bytes (requested or rounded).
+		if p := replayPeaks(snap, dev); p.allocatedEvent >= 0 && p.allocated > t.peakAlloc {
+			t.peakAlloc, t.peakDev, t.peakEvent, t.peakRequested = p.allocated, dev, p.allocatedEvent, p.requested
 		}
 		if segFrees > 0 {
 			if roles == nil {
@@ -411,7 +403,7 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 			summary = fmt.Sprintf("cache, not fragmentation: %s of the %s free is in whole free pages", FormatBytes(rel), FormatBytes(free))
 		}
 		if tr.peakAlloc > r.AllocatedBytes {
-			summary += fmt.Sprintf(", left after the trace's peak of %s allocated (event %d)", FormatBytes(tr.peakAlloc), tr.peakEvent)
+			summary += fmt.Sprintf(", left after the trace's peak of %s allocated (event %d, %s bytes)", FormatBytes(tr.peakAlloc), tr.peakEvent, sizeBasis(tr.peakRequested))
 			if tr.deviceCount > 1 {
 				summary += fmt.Sprintf(" on device %d", tr.peakDev)
 			}
@@ -444,6 +436,15 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 		out = append(out, AdviceItem{Rule: b.AdviceRule, Text: segmentReleasesLead(b) + b.Advice})
 	}
 	return verdict, summary, out
+}
+
+// sizeBasis labels a byte count: "requested" (the sizes the program asked for, which newer
+// traces record) or "rounded" (the allocator's block sizes).
+func sizeBasis(requested bool) string {
+	if requested {
+		return "requested"
+	}
+	return "rounded"
 }
 
 // segmentReleasesLead names what a burst's advice is about: one event is a release, not a burst.

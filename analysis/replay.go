@@ -162,6 +162,8 @@ type ReplayResult struct {
 	// SizesAreRequested: the trace records requested bytes (newer PyTorch), so allocated memory over
 	// time counts requested bytes; the final state counts rounded block sizes.
 	SizesAreRequested bool `json:"sizes_are_requested"`
+	// PeakAllocatedBasis: "requested" or "rounded", the bytes the allocated peaks count.
+	PeakAllocatedBasis string `json:"peak_allocated_basis"`
 	// SegmentBursts: runs of segment_free / segment_unmap events, named (explicit empty_cache()
 	// calls, the allocator's cudaMalloc-failure retries) with their advice (bursts.go).
 	SegmentBursts []SegmentBurst `json:"segment_bursts"`
@@ -1349,7 +1351,7 @@ func walkTrace(ctx context.Context, e *engine, r *ReplayResult) (*walk, error) {
 	r.DurationUS = r.LastTimeUS - r.FirstTimeUS
 	r.EndAllocatedBytes, r.EndReservedBytes = e.allocated, e.reserved
 	r.Consistent = e.consistent()
-	r.SizesAreRequested = e.requested
+	r.SizesAreRequested, r.PeakAllocatedBasis = e.requested, sizeBasis(e.requested)
 	for _, act := range snapshot.Actions() {
 		if c := counts[act]; c > 0 {
 			r.EventCounts = append(r.EventCounts, ActionCount{Action: act.String(), Count: c})

@@ -88,6 +88,8 @@ type WhatIfFidelity struct {
 	// while the replays count rounded blocks, as PyTorch's allocated_bytes does.
 	RecordedPeakAllocatedBytes int64 `json:"recorded_peak_allocated_bytes"`
 	SizesAreRequested          bool  `json:"sizes_are_requested"`
+	// RecordedPeakAllocatedBasis: "requested" or "rounded", the bytes that peak counts.
+	RecordedPeakAllocatedBasis string `json:"recorded_peak_allocated_basis"`
 	// Exact: the baseline reproduces every recorded segment event and OOM and makes no other.
 	Exact bool `json:"exact"`
 	// Checked: the trace holds something to compare (segment events or OOMs).
@@ -141,9 +143,13 @@ type WhatIfDevice struct {
 	StartAllocatedBytes int64          `json:"start_allocated_bytes"`
 	Fidelity            WhatIfFidelity `json:"fidelity"`
 	Baseline            WhatIfRun      `json:"baseline"`
-	WhatIf              WhatIfRun      `json:"whatif"`
-	OOMs                []WhatIfOOM    `json:"ooms"`
-	Notes               []string       `json:"notes"`
+	// PeakAllocatedBasis is "rounded": the replays (baseline and whatif) count the allocator's
+	// block sizes, as PyTorch's allocated_bytes does (fidelity's recorded peak may count
+	// requested bytes: its own basis says).
+	PeakAllocatedBasis string      `json:"peak_allocated_basis"`
+	WhatIf             WhatIfRun   `json:"whatif"`
+	OOMs               []WhatIfOOM `json:"ooms"`
+	Notes              []string    `json:"notes"`
 }
 
 // WhatIfCandidate is one setting of the recommend grid, over every device.
@@ -537,7 +543,7 @@ func matched(rec, model []allocator.Recorded) (int, int) {
 func recordedAllocated(snap *snapshot.Snapshot, d *WhatIfDevice) {
 	p := replayPeaks(snap, d.Device)
 	f := &d.Fidelity
-	f.RecordedPeakAllocatedBytes, f.SizesAreRequested = p.allocated, p.requested
+	f.RecordedPeakAllocatedBytes, f.SizesAreRequested, f.RecordedPeakAllocatedBasis = p.allocated, p.requested, sizeBasis(p.requested)
 	// Only where the text shows two numbers: a few KiB of rounding on 5 GiB is not a question.
 	if p.requested && FormatBytes(d.Baseline.PeakAllocatedBytes) != FormatBytes(p.allocated) {
 		d.Notes = append(d.Notes, fmt.Sprintf("the trace records requested sizes: its own peak allocated (replay, summarize) is %s in requested bytes; the replays count whole blocks as the allocator hands them out (rounded up, and not split when the rest is too small to split), as PyTorch's allocated_bytes does, so the baseline's peak allocated is %s, and a setting that splits differently changes it",
@@ -546,7 +552,7 @@ func recordedAllocated(snap *snapshot.Snapshot, d *WhatIfDevice) {
 }
 
 func whatIfDevice(t *allocator.Trace, capacity int64, src string, capNotes []string, base, run *allocator.RunResult, what, baseSet allocator.Settings) WhatIfDevice {
-	d := WhatIfDevice{Device: t.Device, CapacityBytes: capacity, CapacitySource: src, Start: t.Start,
+	d := WhatIfDevice{Device: t.Device, PeakAllocatedBasis: sizeBasis(false), CapacityBytes: capacity, CapacitySource: src, Start: t.Start,
 		StartReservedBytes: t.StartReserved, StartAllocatedBytes: t.StartAllocated,
 		Baseline: whatIfRun(base), WhatIf: whatIfRun(run), OOMs: []WhatIfOOM{}, Notes: []string{}}
 	if t.Start == "empty" {
