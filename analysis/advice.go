@@ -6,6 +6,8 @@ import (
 	"strings"
 )
 
+//go:generate go test -run TestAdviceDoc -update
+
 // Advice is one table of rules (adviceRules): each has an id, a gate over the facts and the
 // numbers a report computed, and the sentence it produces. The reports state facts and
 // verdicts and hand them to advise; they never word advice of their own (TestAdviceOnlyInTable

@@ -3,9 +3,11 @@ package analysis
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -134,6 +136,46 @@ func TestConsistency(t *testing.T) {
 			if err != nil {
 				t.Skipf("does not load: %v", err)
 			}
+			checkConsistency(t, snap)
+		})
+	}
+	// The fuzz corpus (snapshots FuzzAnalyses builds from bytes) and traces with every oddity.
+	corpus, _ := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzAnalyses", "*"))
+	for _, path := range corpus {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, ok := fuzzCorpusBytes(string(b))
+		if !ok {
+			continue
+		}
+		t.Run("fuzz_"+filepath.Base(path), func(t *testing.T) { checkConsistency(t, fuzzSnapshot(data)) })
+	}
+	for seed := uint64(1); seed <= 5; seed++ {
+		t.Run(fmt.Sprintf("random_%d", seed), func(t *testing.T) { checkConsistency(t, randomTrace(seed, 300)) })
+	}
+}
+
+// fuzzCorpusBytes reads a go fuzz corpus file holding one []byte value.
+func fuzzCorpusBytes(s string) ([]byte, bool) {
+	_, rest, ok := strings.Cut(s, "[]byte(")
+	if !ok {
+		return nil, false
+	}
+	q, err := strconv.Unquote(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), ")")))
+	if err != nil {
+		return nil, false
+	}
+	return []byte(q), true
+}
+
+// checkConsistency runs every command on snap and checks the invariants between them.
+func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
+	t.Helper()
+	ctx := context.Background()
+	{
+		{
 			sum, err := Summarize(ctx, snap, SummaryOptions{})
 			if err != nil {
 				t.Fatalf("summarize: %v", err)
@@ -273,7 +315,7 @@ func TestConsistency(t *testing.T) {
 					}
 				}
 			}
-		})
+		}
 	}
 }
 

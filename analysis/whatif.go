@@ -115,7 +115,7 @@ type WhatIfRun struct {
 }
 
 func whatIfRun(r *allocator.RunResult) WhatIfRun {
-	return WhatIfRun{PeakReservedBytes: r.Stats.PeakReserved, PeakAllocatedBytes: r.Stats.PeakAllocated,
+	return WhatIfRun{PeakReservedBytes: r.PeakReservedInTrace, PeakAllocatedBytes: r.Stats.PeakAllocated,
 		CudaMallocCalls: r.Stats.SegmentAllocs + r.Stats.SegmentMaps, OOMCount: r.Stats.OOMs, CacheFlushes: r.Stats.CacheFlushes,
 		CudaFreeCalls: r.Stats.SegmentFrees + r.Stats.SegmentUnmaps}
 }
@@ -320,7 +320,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 			for _, dr := range all {
 				r := dr.runs[g]
 				c.OOMCount += r.Stats.OOMs
-				c.PeakReservedBytes += r.Stats.PeakReserved
+				c.PeakReservedBytes += r.PeakReservedInTrace
 				c.PeakAllocatedBytes += r.Stats.PeakAllocated
 				c.CudaMallocCalls += r.Stats.SegmentAllocs + r.Stats.SegmentMaps
 				c.CacheFlushes += r.Stats.CacheFlushes
@@ -367,8 +367,8 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		recordedAllocated(snap, &d)
 		out.Devices = append(out.Devices, d)
 		out.ChangeNeeded = out.ChangeNeeded || len(dr.t.OOMs) > 0 || dr.base.Stats.OOMs > 0
-		basePeak += dr.base.Stats.PeakReserved
-		bestPeak += dr.runs[best].Stats.PeakReserved
+		basePeak += dr.base.PeakReservedInTrace
+		bestPeak += dr.runs[best].PeakReservedInTrace
 	}
 	switch baseRun, bestRun := out.runTotals(); {
 	case out.ChangeNeeded:
@@ -566,7 +566,14 @@ func whatIfDevice(t *allocator.Trace, capacity int64, src string, capNotes []str
 	f := &d.Fidelity
 	f.RecordedSegmentAllocs, f.RecordedSegmentMaps, f.RecordedOOMs = len(t.SegmentAllocs), len(t.SegmentMaps), len(t.OOMs)
 	f.ModelSegmentAllocs, f.ModelSegmentMaps = base.Stats.SegmentAllocs, base.Stats.SegmentMaps
-	f.RecordedPeakReservedBytes = t.PeakReserved
+	// Peaks are over the trace's events: a state before the first event that no event reaches
+	// again (the trace opens by releasing memory) is not the run's peak, and would make every
+	// setting's peak the same.
+	f.RecordedPeakReservedBytes = t.PeakReservedInTrace
+	if t.StartReserved > t.PeakReservedInTrace {
+		d.Notes = append(d.Notes, fmt.Sprintf("the state before the trace's first event held %s reserved, more than any point of the trace reaches (%s): the trace opens by releasing memory (an empty_cache(), or the allocator's own release), so the peaks here are over the trace's events",
+			FormatBytes(t.StartReserved), FormatBytes(t.PeakReservedInTrace)))
+	}
 	var mA, mM int
 	f.ReproducedSegmentAllocs, mA = matched(t.SegmentAllocs, base.SegmentAllocs)
 	f.ReproducedSegmentMaps, mM = matched(t.SegmentMaps, base.SegmentMaps)
