@@ -296,6 +296,21 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 				}
 			}
 
+			if c, err := Check(ctx, snap, CheckOptions{MaxPeakBytes: 1 << 40, MaxReservedBytes: 1 << 40, Device: AllDevices}); err == nil {
+				textFromStruct(t, "check", c)
+				checkCaveats(t, "check", snap, c.Text())
+				// check's peak is replay's, in the basis it says.
+				for _, b := range c.Budgets {
+					if b.Budget != "max-peak" || b.Measure != "peak_allocated" {
+						continue
+					}
+					for _, r := range rep.Devices {
+						if r.Device == b.Device && r.HasTrace && b.ValueBasis == r.PeakAllocatedBasis && b.ValueBytes != r.PeakAllocatedBytes {
+							t.Errorf("check's peak on device %d is %d (%s), replay's %d", b.Device, b.ValueBytes, b.ValueBasis, r.PeakAllocatedBytes)
+						}
+					}
+				}
+			}
 			if snap.Caps.HasTrace {
 				wi, err := WhatIf(ctx, snap, nil, WhatIfOptions{Settings: []WhatIfSetting{{Key: "expandable_segments", Value: "True"}}})
 				if err == nil {

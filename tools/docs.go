@@ -314,6 +314,7 @@ var fieldDocs = map[string]string{
 	"SegmentBurst.Site":                           "empty_cache: the code calling empty_cache() (the frame outside torch/cuda/memory.py); malloc_retry: the allocation that needed the memory (the retried request); empty when no stack was recorded",
 	"SegmentBurst.UserSite":                       "The innermost frame of that stack in the user's own files (empty when none)",
 	"SegmentBurst.Advice":                         "One-line verdict and what to do",
+	"CheckBudget.ValueBasis":                      "max-peak: requested or rounded, the bytes value_bytes counts (the trace's peak counts the trace's sizes; the final state, rounded blocks)",
 	"FragmentationResult.TracePeakAllocatedBytes": "The trace's allocated peak, as replay and summarize count it (0 without a trace)",
 	"FragmentationResult.TracePeakAllocatedBasis": "requested or rounded: the bytes trace_peak_allocated_bytes counts",
 	"FragmentationResult.TracePeakEvent":          "The trace event where that peak is first reached (replay's peak_allocated_event)",
