@@ -113,6 +113,8 @@ var contradictedCaveats = []struct {
 }{
 	{"recorded without context", func(s *snapshot.Snapshot) bool { return s.Caps.FramesOnAllocs }},
 	{"record history with context before the first snapshot", func(s *snapshot.Snapshot) bool { return s.Caps.FramesOnAllocs }},
+	{"history was not recorded with context", func(s *snapshot.Snapshot) bool { return s.Caps.FramesOnAllocs }},
+	{"no stack frames (history recorded without context", func(s *snapshot.Snapshot) bool { return s.Caps.FramesOnAllocs || s.Caps.FramesOnBlocks }},
 }
 
 func checkCaveats(t *testing.T, what string, snap *snapshot.Snapshot, text string) {
