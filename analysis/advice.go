@@ -48,9 +48,10 @@ type adviceIn struct {
 	largestSeg int64
 	maxSplit   int64 // allocator_settings max_split_size (0: unset)
 	// bursts
-	burst       *SegmentBurst
-	streams     int
-	gcThreshold float64
+	burst         *SegmentBurst
+	streams       int
+	gcThreshold   float64
+	settingsKnown bool // the file records allocator_settings
 	// fragmentation
 	frag        *FragmentationResult
 	fragExp     bool  // expandable segments in use
@@ -395,16 +396,23 @@ var adviceRules = []adviceRule{
 	{ID: "bursts.release.gc-threshold", Command: "bursts",
 		Gate: "segment frees with no empty_cache frame and no new segment after, and the file's garbage_collection_threshold is set (> 0)",
 		Says: "an empty_cache() recorded without stacks, or the allocator releasing cache above garbage_collection_threshold",
-		when: func(in *adviceIn) bool { return in.burstIs(BurstRelease) && in.gcThreshold > 0 },
+		when: func(in *adviceIn) bool { return in.burstIs(BurstRelease) && in.settingsKnown && in.gcThreshold > 0 },
 		text: func(in *adviceIn) string {
 			return in.releaseHead() + fmt.Sprintf(": an empty_cache() call recorded without free stacks, or the allocator releasing cache above garbage_collection_threshold:%g", in.gcThreshold)
 		}},
 	{ID: "bursts.release.unmarked", Command: "bursts",
-		Gate: "segment frees with no empty_cache frame and no new segment after, and garbage_collection_threshold unset or 0 (so not the allocator's own release)",
+		Gate: "segment frees with no empty_cache frame and no new segment after, and the file's allocator settings leave garbage_collection_threshold at 0 (so not the allocator's own release)",
 		Says: "most likely an empty_cache() whose frees recorded no stack",
-		when: func(in *adviceIn) bool { return in.burstIs(BurstRelease) && in.gcThreshold <= 0 },
+		when: func(in *adviceIn) bool { return in.burstIs(BurstRelease) && in.settingsKnown && in.gcThreshold <= 0 },
 		text: func(in *adviceIn) string {
-			return in.releaseHead() + ": most likely an empty_cache() call whose frees recorded no stack (a framework's, or from C++); garbage_collection_threshold is not set in this file, so it is not the allocator releasing cache on its own"
+			return in.releaseHead() + ": most likely an empty_cache() call whose frees recorded no stack (a framework's, or from C++); the file's garbage_collection_threshold is 0 (off), so it is not the allocator releasing cache on its own"
+		}},
+	{ID: "bursts.release.settings-unknown", Command: "bursts",
+		Gate: "segment frees with no empty_cache frame and no new segment after, and the file records no allocator settings (PyTorch before 2.3)",
+		Says: "an empty_cache() recorded without stacks, or the allocator's release if garbage_collection_threshold was set (the file cannot say)",
+		when: func(in *adviceIn) bool { return in.burstIs(BurstRelease) && !in.settingsKnown },
+		text: func(in *adviceIn) string {
+			return in.releaseHead() + ": an empty_cache() call recorded without free stacks, or the allocator releasing cache if garbage_collection_threshold was set (the file records no allocator settings, so it cannot tell)"
 		}},
 
 	// --- fragmentation.

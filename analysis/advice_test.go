@@ -121,7 +121,7 @@ func adviceCases() map[string]ruleCase {
 		return &adviceIn{burst: &SegmentBurst{Kind: BurstEmptyCache, Bursts: 28, Events: 420, Bytes: bytes, ReReservedBytes: back, ReReserved: 27, Site: "x.py:104"}}
 	}
 	rel := func(events int, gc float64) *adviceIn {
-		return &adviceIn{burst: &SegmentBurst{Kind: BurstRelease, Bursts: 1, Events: events, Bytes: 2 * mib}, gcThreshold: gc}
+		return &adviceIn{burst: &SegmentBurst{Kind: BurstRelease, Bursts: 1, Events: events, Bytes: 2 * mib}, gcThreshold: gc, settingsKnown: true}
 	}
 	fr := func(f *FragmentationResult, exp bool, ms int64) *adviceIn {
 		return &adviceIn{frag: f, fragExp: exp, maxSplit: ms, returns: "empty_cache() would return 0 B", limit: "at its limit"}
@@ -195,9 +195,10 @@ func adviceCases() map[string]ruleCase {
 		"bursts.empty-cache.kept-free": {ec(5*gib, 0), ec(5*gib, gib)},
 		"bursts.malloc-retry":          {&adviceIn{burst: &SegmentBurst{Kind: BurstMallocRetry, Bursts: 3, Events: 9, Bytes: gib}}, ec(gib, 0)},
 		// Pattern 8: garbage_collection_threshold is no cause when the file's own setting is 0.
-		"bursts.release.gc-threshold": {rel(1, 0.8), rel(1, 0)},
-		"bursts.release.unmarked":     {rel(1, 0), rel(1, 0.8)},
-		"frag.empty":                  {fr(&FragmentationResult{Verdict: FragEmpty}, false, 0), fr(small, false, 0)},
+		"bursts.release.gc-threshold":     {rel(1, 0.8), rel(1, 0)},
+		"bursts.release.unmarked":         {rel(1, 0), rel(1, 0.8)},
+		"bursts.release.settings-unknown": {with(rel(3, 0), func(in *adviceIn) { in.settingsKnown = false }), rel(3, 0)},
+		"frag.empty":                      {fr(&FragmentationResult{Verdict: FragEmpty}, false, 0), fr(small, false, 0)},
 		// Pattern 8: never expandable segments under "too little memory for the split to matter".
 		"frag.expandable":           {fr(fragmented, false, 0), fr(little, false, 0)},
 		"frag.expandable-if-oom":    {fr(notAtLimit, false, 0), fr(fragmented, false, 0)},

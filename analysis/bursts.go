@@ -244,7 +244,7 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 
 // burstAdvice gives the advice table's item for a burst (advice.go).
 func burstAdvice(snap *snapshot.Snapshot, b *SegmentBurst, streams int) (string, string) {
-	it, _ := adviseOne("bursts", &adviceIn{burst: b, streams: streams, gcThreshold: snap.Settings.GCThreshold})
+	it, _ := adviseOne("bursts", &adviceIn{burst: b, streams: streams, gcThreshold: snap.Settings.GCThreshold, settingsKnown: snap.Settings.Present})
 	return it.Rule, it.Text
 }
 

@@ -90,7 +90,7 @@ func checkBursts(t *testing.T, what string, snap *snapshot.Snapshot, bursts []Se
 			t.Errorf("%s: burst advice names no rule: %+v", what, b)
 			continue
 		}
-		in := &adviceIn{burst: &b, gcThreshold: snap.Settings.GCThreshold}
+		in := &adviceIn{burst: &b, gcThreshold: snap.Settings.GCThreshold, settingsKnown: snap.Settings.Present}
 		if r, _ := ruleByID(b.AdviceRule); !r.when(in) {
 			t.Errorf("%s: burst advice %s beside numbers its gate rejects: %+v", what, b.AdviceRule, b)
 		}
