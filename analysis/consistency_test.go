@@ -184,6 +184,19 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 			}
 			textFromStruct(t, "summarize", sum)
 			checkCaveats(t, "summarize", snap, sum.Text())
+			// One workload per process: every device that holds memory or records events says
+			// the same.
+			workload := ""
+			for _, d := range sum.Devices {
+				if d.ReservedBytes == 0 && d.Trace.Events == 0 {
+					continue
+				}
+				if workload == "" {
+					workload = d.Workload
+				} else if d.Workload != workload {
+					t.Errorf("summarize: device %d's workload is %s, another device's %s: one process has one workload", d.Device, d.Workload, workload)
+				}
+			}
 
 			ts, err := TopStacks(snap, TopStacksOptions{Device: AllDevices})
 			if err != nil {
