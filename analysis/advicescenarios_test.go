@@ -16,7 +16,7 @@ import (
 
 // adviceScenarioDir holds the snapshots the eval cases of the advice rules read
 // (evals/eval.yaml, advice-*); go test ./analysis -run TestAdviceScenarios -update writes them.
-const adviceScenarioDir = "../testdata/scenarios/advice"
+const adviceScenarioDir = "../testdata/advice"
 
 // singleRelease: a 512 KiB tensor made and freed, then one segment (2 MiB, small pool) released
 // with no empty_cache frame on its free and no allocation after it. gc is the file's
