@@ -36,14 +36,19 @@ type SegmentBurst struct {
 	FollowedByOOM          int `json:"followed_by_oom"`
 	// ReReserved: bursts after which the trace reserves memory again (any later segment_alloc).
 	ReReserved int `json:"re_reserved"`
-	FirstEvent int `json:"first_event"`
-	LastEvent  int `json:"last_event"`
+	// ReReservedBytes: of the bytes released, how many came back: per burst, how far reserved
+	// memory rose again (at most the burst's bytes) before the next release or the trace's end.
+	ReReservedBytes int64 `json:"re_reserved_bytes"`
+	FirstEvent      int   `json:"first_event"`
+	LastEvent       int   `json:"last_event"`
 	// Site / UserSite: for empty_cache, the code that called empty_cache() (the frame outside
 	// torch/cuda/memory.py); for malloc_retry, the allocation whose cudaMalloc failed (the
 	// retried request), when its stack was recorded.
 	Site     string `json:"site"`
 	UserSite string `json:"user_site"`
 	Advice   string `json:"advice"`
+	// AdviceRule: the rule of the advice table (advice.go) that gave Advice.
+	AdviceRule string `json:"advice_rule"`
 }
 
 func isReleaseEvent(a snapshot.Action) bool {
@@ -93,6 +98,13 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 	}
 	groups := map[string]*acc{}
 	var order []string
+	// spans: each run of releases, for the bytes that came back after it.
+	type span struct {
+		from, to int // events [from, to)
+		bytes    int64
+		g        *acc
+	}
+	var spans []span
 	// lastSegAlloc: index of the last segment_alloc / segment_map event (for re-reservation).
 	lastSegAlloc := -1
 	for i := len(evs) - 1; i >= 0; i-- {
@@ -162,6 +174,7 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 		if lastSegAlloc >= j {
 			b.ReReserved++
 		}
+		spans = append(spans, span{i, j, bytes, g})
 		if id.Site != "" {
 			g.sites[id.Site]++
 			if _, ok := g.ids[id.Site]; !ok {
@@ -170,6 +183,35 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 		}
 		i = j
 	}
+	// What came back: reserved memory relative to its level at the trace's start, and for each
+	// run its level right after the run and the highest level before the next run.
+	var level, after, high int64
+	var open *span
+	closeSpan := func() {
+		if open != nil {
+			open.g.b.ReReservedBytes += min(open.bytes, high-after)
+			open = nil
+		}
+	}
+	si := 0
+	for k := range evs {
+		if si < len(spans) && k == spans[si].from {
+			closeSpan()
+		}
+		switch evs[k].Action {
+		case snapshot.ActionSegmentAlloc, snapshot.ActionSegmentMap:
+			level += evs[k].Size
+		case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
+			level -= evs[k].Size
+		}
+		if si < len(spans) && k == spans[si].to-1 {
+			open, after, high = &spans[si], level, level
+			si++
+		} else {
+			high = max(high, level)
+		}
+	}
+	closeSpan()
 	// The streams that allocate (the advice names more than one): counted only when there is
 	// a burst to advise on, which most traces lack, since it reads every event.
 	streams := map[uint64]bool{}
@@ -193,59 +235,27 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 			id := g.ids[best]
 			b.Site, b.UserSite = id.Site, id.UserSite
 		}
-		b.Advice = burstAdvice(b, len(streams))
+		b.AdviceRule, b.Advice = burstAdvice(snap, b, len(streams))
 		out = append(out, *b)
 	}
 	slices.SortStableFunc(out, func(x, y SegmentBurst) int { return largestFirst(x.Bytes, y.Bytes, x.Kind, y.Kind) })
 	return out
 }
 
-func burstAdvice(b *SegmentBurst, streams int) string {
-	switch b.Kind {
-	case BurstEmptyCache:
-		at := b.Site
-		if b.UserSite != "" {
-			at = b.UserSite
-		}
-		if at == "" {
-			at = "its caller"
-		}
-		s := fmt.Sprintf("%d explicit torch.cuda.empty_cache() calls from %s released %s in %d cudaFree calls",
-			b.Bursts, at, FormatBytes(b.Bytes), b.Events)
-		if b.Bursts == 1 {
-			s = fmt.Sprintf("an explicit torch.cuda.empty_cache() call from %s released %s in %d cudaFree calls", at, FormatBytes(b.Bytes), b.Events)
-		}
-		if b.ReReserved > 0 {
-			return s + fmt.Sprintf("; after %d of them the memory was cudaMalloc'd again, so releasing it bought nothing: remove the empty_cache() at %s (or call it once at the end); PyTorch reuses its cache by itself, and each call adds synchronizing cudaFree/cudaMalloc calls",
-				b.ReReserved, at)
-		}
-		return s + "; nothing was reserved again afterwards: it helps only if another process needs the memory"
-	case BurstMallocRetry:
-		s := fmt.Sprintf("%d times a cudaMalloc failed and the allocator freed every cached unused segment (%d segment frees, %s in all) and retried",
-			b.Bursts, b.Events, FormatBytes(b.Bytes))
-		switch {
-		case b.FollowedByOOM > 0 && b.FollowedBySegmentAlloc > 0:
-			s += fmt.Sprintf(" (%d retries got a new segment, %d ended in an OOM)", b.FollowedBySegmentAlloc, b.FollowedByOOM)
-		case b.FollowedByOOM > 0:
-			s += " (the retry failed: OOM)"
-		}
-		if b.Site != "" {
-			s += fmt.Sprintf("; the failing cudaMalloc was most often for %s", b.Site)
-		}
-		s += ": the device is at its limit. Calling empty_cache() would not help (the allocator already does it on every failed cudaMalloc); lower the peak instead, and each retry costs a synchronizing cudaFree of the cache"
-		if streams > 1 {
-			s += fmt.Sprintf("; the trace allocates on %d streams and cached blocks are per stream: blocks cached on one stream cannot serve another, so fewer streams (or preallocated per-stream buffers) keep less cache idle", streams)
-		}
-		return s
-	}
-	return fmt.Sprintf("%s of segment frees (%s) with no empty_cache frame in their stacks and no new segment right after: an empty_cache() call recorded without free stacks, or the allocator releasing cache (garbage_collection_threshold)",
-		count(b.Bursts, "burst"), FormatBytes(b.Bytes))
+// burstAdvice gives the advice table's item for a burst (advice.go).
+func burstAdvice(snap *snapshot.Snapshot, b *SegmentBurst, streams int) (string, string) {
+	it, _ := adviseOne("bursts", &adviceIn{burst: b, streams: streams, gcThreshold: snap.Settings.GCThreshold, settingsKnown: snap.Settings.Present})
+	return it.Rule, it.Text
 }
 
 // writeSegmentBursts renders segment-release bursts, one line per kind.
 func writeSegmentBursts(b *strings.Builder, bursts []SegmentBurst) {
 	for _, s := range bursts {
-		fmt.Fprintf(b, "  segment release bursts (%s): %s, %d events, %s released", s.Kind, count(s.Bursts, "burst"), s.Events, FormatBytes(s.Bytes))
+		if s.Events == 1 {
+			fmt.Fprintf(b, "  segment release (%s): 1 event, %s released", s.Kind, FormatBytes(s.Bytes))
+		} else {
+			fmt.Fprintf(b, "  segment release bursts (%s): %s, %d events, %s released", s.Kind, count(s.Bursts, "burst"), s.Events, FormatBytes(s.Bytes))
+		}
 		if s.Site != "" {
 			fmt.Fprintf(b, " at %s", s.Site)
 		}

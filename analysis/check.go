@@ -43,8 +43,10 @@ type CheckBudget struct {
 	Device int    `json:"device"`
 	// Measure names the number compared: peak_allocated (over the trace), peak_reserved,
 	// final_allocated, final_reserved, or peak_growth / final_allocated_growth.
-	Measure       string  `json:"measure"`
-	ValueBytes    int64   `json:"value_bytes"`
+	Measure    string `json:"measure"`
+	ValueBytes int64  `json:"value_bytes"`
+	// ValueBasis (max-peak): "requested" or "rounded", the bytes value_bytes counts.
+	ValueBasis    string  `json:"value_basis,omitempty"`
 	LimitBytes    int64   `json:"limit_bytes,omitempty"`
 	ValuePercent  float64 `json:"value_percent,omitempty"` // max-growth: the growth over the baseline
 	LimitPercent  float64 `json:"limit_percent,omitempty"`
@@ -173,7 +175,10 @@ func Check(ctx context.Context, snap *snapshot.Snapshot, opt CheckOptions) (*Che
 				r.Notes = append(r.Notes, fmt.Sprintf("device %d's trace records requested sizes: its peak (%s) sums requested bytes, a little below the rounded blocks the device held then; leave that margin in %s",
 					dev, FormatBytes(l.peakAlloc), opt.spell("max-peak")))
 			}
-			add(l.budget("max-peak", opt.spell("max-peak"), peakMeasure, peak, opt.MaxPeakBytes, atEnd))
+			b := l.budget("max-peak", opt.spell("max-peak"), peakMeasure, peak, opt.MaxPeakBytes, atEnd)
+			// The trace's peak counts the trace's own sizes; the final state, rounded blocks.
+			b.ValueBasis = sizeBasis(l.hasTrace && l.requested && !atEnd)
+			add(b)
 		}
 		if opt.MaxReservedBytes > 0 {
 			add(l.budget("max-reserved", opt.spell("max-reserved"), resMeasure, l.peakRes, opt.MaxReservedBytes, !l.hasTrace))

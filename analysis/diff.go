@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -70,6 +71,9 @@ type DiffPattern struct {
 	UserSite string `json:"user_site"`
 	Evidence string `json:"evidence"`
 	Fix      string `json:"fix"`
+	// FixRule: the rule of the advice table (advice.go) that gave Fix.
+	FixRule string `json:"fix_rule"`
+	moved   bool   // no_growth because memory moved between sites
 }
 
 // DiffResult compares the live (allocated) memory of two snapshots by site and role; growth
@@ -87,15 +91,20 @@ type DiffResult struct {
 	BytesAfter  int64 `json:"bytes_after"`
 	DeltaBytes  int64 `json:"delta_bytes"`
 	// Peaks from replaying each file's trace (null without one), and the sites live at each.
-	PeakBeforeBytes *int64        `json:"peak_before_bytes" jsonschema:"oneof_type=integer;null"`
-	PeakAfterBytes  *int64        `json:"peak_after_bytes" jsonschema:"oneof_type=integer;null"`
-	PeakSitesBefore []SiteBytes   `json:"peak_sites_before"`
-	PeakSitesAfter  []SiteBytes   `json:"peak_sites_after"`
-	Roles           []DiffRole    `json:"roles"`
-	Sites           []DiffSite    `json:"sites"`
-	TotalSites      int           `json:"total_sites"` // sites before the limit
-	Patterns        []DiffPattern `json:"patterns"`
-	Notes           []string      `json:"notes"`
+	PeakBeforeBytes *int64      `json:"peak_before_bytes" jsonschema:"oneof_type=integer;null"`
+	PeakAfterBytes  *int64      `json:"peak_after_bytes" jsonschema:"oneof_type=integer;null"`
+	PeakSitesBefore []SiteBytes `json:"peak_sites_before"`
+	PeakSitesAfter  []SiteBytes `json:"peak_sites_after"`
+	// PeakRoles: live memory by role at each trace's peak (null unless both files have a
+	// trace), the largest change first: what a comparison of two runs leads with.
+	PeakRoles  []DiffRole    `json:"peak_roles"`
+	Roles      []DiffRole    `json:"roles"`
+	Sites      []DiffSite    `json:"sites"`
+	TotalSites int           `json:"total_sites"` // sites before the limit
+	Patterns   []DiffPattern `json:"patterns"`
+	Notes      []string      `json:"notes"`
+	// Advice: every fix and note of advice, with the rule of the advice table that gave it.
+	Advice []AdviceItem `json:"advice"`
 	// SameStep: one run, and both snapshots were written inside one step (see the
 	// within_one_step pattern): what grew is the step's own memory, not a leak.
 	SameStep   bool      `json:"same_step"`
@@ -150,7 +159,7 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	}
 	r := &DiffResult{BeforePath: before.Path, AfterPath: after.Path, SameRun: run.same, SameRunEvidence: run.evidence,
 		Swapped: run.swapped, runReasons: run.reasons, PeakSitesBefore: []SiteBytes{}, PeakSitesAfter: []SiteBytes{},
-		Roles: []DiffRole{}, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}}
+		Roles: []DiffRole{}, PeakRoles: []DiffRole{}, Sites: []DiffSite{}, Patterns: []DiffPattern{}, Notes: []string{}, Advice: []AdviceItem{}}
 	if r.sameRun() && !strings.HasPrefix(run.reasons, "both are the same file") {
 		if st, ok := findSameStep(before, after, ra, opt.Device); ok {
 			r.SameStep, r.sameStep = true, &st
@@ -160,6 +169,9 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 	r.Roles = diffRoles(all)
 	r.PeakBeforeBytes, r.PeakSitesBefore = sides[0].peak, sides[0].peakSites
 	r.PeakAfterBytes, r.PeakSitesAfter = sides[1].peak, sides[1].peakSites
+	if sides[0].peak != nil && sides[1].peak != nil {
+		r.PeakRoles = peakRoleDeltas(sides[0].peakRoles, sides[1].peakRoles)
+	}
 	r.Patterns = diffPatterns(all, r)
 	r.TotalSites = len(all)
 	r.Sites = all
@@ -167,7 +179,50 @@ func Diff(before, after *snapshot.Snapshot, opt DiffOptions) (*DiffResult, error
 		r.Sites = r.Sites[:opt.Limit]
 	}
 	r.Notes = diffNotes(before, after, r)
+	r.adviseDiff()
 	return r, nil
+}
+
+// peakRoleDeltas compares the live memory by role at the two peaks, the largest change first.
+func peakRoleDeltas(before, after map[string]int64) []DiffRole {
+	out := []DiffRole{}
+	for _, c := range AllCategories {
+		b, a := before[c], after[c]
+		if b == 0 && a == 0 {
+			continue
+		}
+		out = append(out, DiffRole{Category: c, BytesBefore: b, BytesAfter: a, DeltaBytes: a - b})
+	}
+	slices.SortStableFunc(out, func(x, y DiffRole) int {
+		ax, ay := max(x.DeltaBytes, -x.DeltaBytes), max(y.DeltaBytes, -y.DeltaBytes)
+		switch {
+		case ax > ay:
+			return -1
+		case ax < ay:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// adviseDiff words each pattern's fix and the notes' advice from the advice table (advice.go).
+func (r *DiffResult) adviseDiff() {
+	r.Advice = []AdviceItem{}
+	sameFile := strings.HasPrefix(r.runReasons, "both are the same file")
+	for i := range r.Patterns {
+		p := &r.Patterns[i]
+		it, ok := adviseOne("diff", &adviceIn{diff: r, pattern: p.Name, patSite: p.Site, moved: p.moved, sameFile: sameFile})
+		if !ok {
+			continue
+		}
+		p.Fix, p.FixRule = it.Text, it.Rule
+		r.Advice = append(r.Advice, it)
+	}
+	if it, ok := adviseOne("diff", &adviceIn{diff: r, sameFile: sameFile}); ok {
+		r.Notes = append(r.Notes, it.Text)
+		r.Advice = append(r.Advice, it)
+	}
 }
 
 // diffSide is what Diff works out of one file alone.
@@ -177,6 +232,7 @@ type diffSide struct {
 	// peak: the trace's allocated peak (nil without a trace) and the sites live at it.
 	peak      *int64
 	peakSites []SiteBytes
+	peakRoles map[string]int64 // live bytes per role at the peak
 	err       error
 }
 
@@ -199,7 +255,7 @@ type diffRow struct {
 // roles, which it alone uses until it returns.
 func diffOneSide(snap *snapshot.Snapshot, roles *Roles, opt DiffOptions) diffSide {
 	var sd diffSide
-	if sd.peak, sd.peakSites, sd.err = diffPeak(snap, roles, opt); sd.err != nil {
+	if sd.peak, sd.peakSites, sd.peakRoles, sd.err = diffPeak(snap, roles, opt); sd.err != nil {
 		return sd
 	}
 	index := map[diffKey]int{}
@@ -351,9 +407,9 @@ func diffRoles(all []DiffSite) []DiffRole {
 
 // diffPeak replays one file's trace (the device with the highest peak when every device is
 // asked for) with its roles and keeps the peak and the sites live at it.
-func diffPeak(s *snapshot.Snapshot, roles *Roles, opt DiffOptions) (*int64, []SiteBytes, error) {
+func diffPeak(s *snapshot.Snapshot, roles *Roles, opt DiffOptions) (*int64, []SiteBytes, map[string]int64, error) {
 	if !s.Caps.HasTrace {
-		return nil, []SiteBytes{}, nil
+		return nil, []SiteBytes{}, nil, nil
 	}
 	devs := []int{opt.Device}
 	if opt.Device < 0 {
@@ -366,23 +422,28 @@ func diffPeak(s *snapshot.Snapshot, roles *Roles, opt DiffOptions) (*int64, []Si
 	}
 	var best *ReplayResult
 	for _, d := range devs {
-		rr, err := replayPeak(context.Background(), s, roles, d, peakSitesLimit)
+		// Every site, so that the roles at the peak sum all of it; the sites are cut below.
+		rr, err := replayPeak(context.Background(), s, roles, d, math.MaxInt32)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if rr.HasTrace && rr.Events > 1 && (best == nil || rr.PeakAllocatedBytes > best.PeakAllocatedBytes) {
 			best = rr
 		}
 	}
 	if best == nil {
-		return nil, []SiteBytes{}, nil
+		return nil, []SiteBytes{}, nil, nil
 	}
 	p := best.PeakAllocatedBytes
 	sites := best.PeakSites
+	byRole := map[string]int64{}
+	for _, x := range sites {
+		byRole[x.Category] += x.Bytes
+	}
 	if len(sites) > peakSitesLimit {
 		sites = sites[:peakSitesLimit]
 	}
-	return &p, sites, nil
+	return &p, sites, byRole, nil
 }
 
 func (r *DiffResult) sameRun() bool { return r.SameRun != nil && *r.SameRun }
@@ -500,8 +561,7 @@ func retainedGraph(g growth, r *DiffResult) (DiffPattern, bool) {
 	ev += fmt.Sprintf("; alongside %s (%s) growing by +%d blocks (its smallest block %s, about %s per block), the per-step loss/output tensor that keeps each step's graph and its saved activations alive",
 		loss.Site, loss.Function, loss.DeltaBlocks, FormatBytes(loss.minAfter), FormatBytes(loss.DeltaBytes/int64(loss.DeltaBlocks)))
 	ev += "; " + r.totalClause()
-	return DiffPattern{Name: PatternRetainedGraph, Site: loss.Site, UserSite: loss.UserSite, Evidence: ev,
-		Fix: fmt.Sprintf("at %s store loss.detach() or loss.item() instead of the tensor (e.g. losses.append(loss.item())), and remove any stray retain_graph=True", loss.Site)}, true
+	return DiffPattern{Name: PatternRetainedGraph, Site: loss.Site, UserSite: loss.UserSite, Evidence: ev}, true
 }
 
 // growingContainer: one site gains many blocks: a list or dict the user appends to every step.
@@ -527,8 +587,7 @@ func growingContainer(g growth, r *DiffResult) (DiffPattern, bool) {
 	if r.DeltaBytes < best.DeltaBytes {
 		ev += fmt.Sprintf(" (other sites shrank by %s)", FormatBytes(best.DeltaBytes-r.DeltaBytes))
 	}
-	return DiffPattern{Name: PatternGrowingContainer, Site: best.Site, UserSite: best.UserSite, Evidence: ev,
-		Fix: fmt.Sprintf("at %s detach and move to CPU before appending (x.detach().cpu()), or bound the container (collections.deque(maxlen=N), clear it each epoch)", best.Site)}, true
+	return DiffPattern{Name: PatternGrowingContainer, Site: best.Site, UserSite: best.UserSite, Evidence: ev}, true
 }
 
 // movedBySize: the pattern's site (returned) gained blocks whose sizes other sites lost (at
@@ -572,8 +631,7 @@ func movedNotGrown(d DiffSite, all []DiffSite, r *DiffResult) DiffPattern {
 	}
 	ev := fmt.Sprintf("%s went from %d to %d blocks (%s) and sites grew by %s in all, but others shrank by %s (%s): memory moved between sites (tensors freed at one line and made again at another, as an out-of-place update replaces its state, or two different points of a step), it did not accumulate",
 		SiteText(d.Site, d.Function), d.BlocksBefore, d.BlocksAfter, formatDelta(d.DeltaBytes), FormatBytes(grew), FormatBytes(shrank), r.totalClause())
-	return DiffPattern{Name: PatternNoGrowth, Evidence: ev,
-		Fix: "none for a leak: live memory did not grow; to be sure, dump both snapshots at the same point of the loop (e.g. right after optimizer.step()) and diff again"}
+	return DiffPattern{Name: PatternNoGrowth, Evidence: ev, moved: true}
 }
 
 // optimizerFirstStep: optimizer state that did not exist before appears once (not a leak).
@@ -597,8 +655,7 @@ func optimizerFirstStep(g growth, alone bool) (DiffPattern, bool) {
 	if alone && len(g.acts)+len(g.others) == 0 {
 		ev += "; nothing else grew"
 	}
-	return DiffPattern{Name: PatternOptimizerFirstStp, Site: site.Site, UserSite: site.UserSite, Evidence: ev,
-		Fix: "none needed; if it does not fit, use a smaller model or batch, a lower-memory optimizer (SGD, Adafactor, 8-bit Adam), or shard the optimizer state (ZeRO / FSDP)"}, true
+	return DiffPattern{Name: PatternOptimizerFirstStp, Site: site.Site, UserSite: site.UserSite, Evidence: ev}, true
 }
 
 // noGrowth words the no-pattern case after the data: memory dropped, stayed, grew a little, or
@@ -616,7 +673,6 @@ func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
 		if len(all) > 0 && all[len(all)-1].DeltaBytes < 0 {
 			ev += site("drop", all[len(all)-1])
 		}
-		p.Fix = fmt.Sprintf("none: live memory dropped by %s between these snapshots and no site grew", FormatBytes(-delta))
 	case delta >= materialGrowth:
 		p.Name = PatternUnexplainedGrowth
 		ev = fmt.Sprintf("live memory grew by %s (%s -> %s) and no site pattern explains it: no site gained both bytes and blocks in a user frame",
@@ -624,16 +680,10 @@ func noGrowth(all []DiffSite, r *DiffResult) DiffPattern {
 		if len(all) > 0 && all[0].DeltaBytes > 0 {
 			ev += site("growth", all[0])
 		}
-		p.Fix = fmt.Sprintf("find what holds the %s: compare the sites above (existing tensors that got larger, growth spread thinly over many sites, or memory without a Python frame), and take a third snapshot to see whether it continues", FormatBytes(delta))
 	case delta > 0:
 		if len(all) > 0 && all[0].DeltaBytes > 0 {
 			ev += site("growth", all[0])
 		}
-		p.Fix = fmt.Sprintf("none: live memory grew by only %s and no site grew in both bytes and blocks", FormatBytes(delta))
-	case strings.HasPrefix(r.runReasons, "both are the same file"):
-		p.Fix = "none: both are the same file, so nothing can differ; diff two snapshots of one run taken at different steps"
-	default:
-		p.Fix = "none: memory is steady between these snapshots"
 	}
 	p.Evidence = ev
 	return p
@@ -660,8 +710,7 @@ func notComparable(r *DiffResult) DiffPattern {
 	if r.PeakBeforeBytes != nil && r.PeakAfterBytes != nil {
 		ev += fmt.Sprintf("; trace peaks %s vs %s", FormatBytes(*r.PeakBeforeBytes), FormatBytes(*r.PeakAfterBytes))
 	}
-	return DiffPattern{Name: PatternNotComparable, Evidence: ev,
-		Fix: "take two snapshots of the same process at different steps (e.g. torch.cuda.memory._dump_snapshot(f\"step{step}.pickle\") at step 5 and step 50, at the same point of the loop, with _record_memory_history on since the start) and diff those; to compare two jobs, compare them by role and by peak (above) or run summarize on each"}
+	return DiffPattern{Name: PatternNotComparable, Evidence: ev}
 }
 
 // roleSummary renders the n largest roles as "parameter 1.0 GiB -> 2.0 GiB".
@@ -683,7 +732,12 @@ func diffNotes(before, after *snapshot.Snapshot, r *DiffResult) []string {
 		notes = append(notes, fmt.Sprintf("the files were given in reverse time order: swapped, so before is %s (the earlier) and after is %s (the later)", r.BeforePath, r.AfterPath))
 	}
 	for _, s := range []*snapshot.Snapshot{before, after} {
-		if !s.Caps.FramesOnBlocks {
+		switch {
+		case !s.Caps.FramesOnBlocks && s.Caps.FramesOnAllocs:
+			// History was recorded with context (the trace's allocations carry frames): the
+			// live blocks were allocated before recording started.
+			notes = append(notes, fmt.Sprintf("%s has no stacks on its live blocks (allocated before recording started; its trace's allocations carry frames): that memory cannot be matched to sites", s.Path))
+		case !s.Caps.FramesOnBlocks:
 			notes = append(notes, fmt.Sprintf("%s has no stacks on its blocks: its memory cannot be matched to sites (record history with context before the first snapshot)", s.Path))
 		}
 	}
@@ -707,6 +761,23 @@ func diffNotes(before, after *snapshot.Snapshot, r *DiffResult) []string {
 // the patterns with their fixes, the notes.
 func (r *DiffResult) Text() string {
 	var b strings.Builder
+	// Two runs are a comparison: it leads with their peaks and the roles live at them.
+	if !r.sameRun() && r.PeakBeforeBytes != nil && r.PeakAfterBytes != nil {
+		fmt.Fprintf(&b, "peak %s -> %s (%s)", FormatBytes(*r.PeakBeforeBytes), FormatBytes(*r.PeakAfterBytes), formatDelta(*r.PeakAfterBytes-*r.PeakBeforeBytes))
+		if len(r.PeakRoles) > 0 {
+			parts := []string{}
+			for i, x := range r.PeakRoles {
+				if i == 3 || x.DeltaBytes == 0 {
+					break
+				}
+				parts = append(parts, fmt.Sprintf("%s %s", x.Category, formatDelta(x.DeltaBytes)))
+			}
+			if len(parts) > 0 {
+				fmt.Fprintf(&b, ", at the peaks by role: %s", strings.Join(parts, ", "))
+			}
+		}
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "live memory %s -> %s (%s), %d sites", FormatBytes(r.BytesBefore), FormatBytes(r.BytesAfter), formatDelta(r.DeltaBytes), r.TotalSites)
 	switch {
 	case r.SameRun == nil:
@@ -734,6 +805,12 @@ func (r *DiffResult) Text() string {
 			fmt.Fprintf(&b, " (%s)", formatDelta(*r.PeakAfterBytes-*r.PeakBeforeBytes))
 		}
 		b.WriteString("\n")
+		if len(r.PeakRoles) > 0 && !r.sameRun() {
+			b.WriteString("by role at the peaks:\n")
+			for _, x := range r.PeakRoles {
+				fmt.Fprintf(&b, "%10s  %s -> %s  %s\n", formatDelta(x.DeltaBytes), FormatBytes(x.BytesBefore), FormatBytes(x.BytesAfter), x.Category)
+			}
+		}
 		for _, side := range []struct {
 			name  string
 			sites []SiteBytes
@@ -749,7 +826,11 @@ func (r *DiffResult) Text() string {
 		}
 	}
 	if len(r.Roles) > 0 {
-		b.WriteString("by role:\n")
+		if r.sameRun() {
+			b.WriteString("by role:\n")
+		} else {
+			b.WriteString("by role (final state):\n")
+		}
 		for _, x := range r.Roles {
 			fmt.Fprintf(&b, "%10s  %s -> %s  %s\n", formatDelta(x.DeltaBytes), FormatBytes(x.BytesBefore), FormatBytes(x.BytesAfter), x.Category)
 		}

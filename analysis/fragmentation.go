@@ -96,7 +96,16 @@ type FragmentationResult struct {
 	Groups        []FragGroup    `json:"groups"`
 	TotalGroups   int            `json:"total_groups"`
 	Advice        []string       `json:"advice"`
-	Notes         []string       `json:"notes"`
+	// TracePeakAllocatedBytes: the trace's allocated peak as replay counts it (0 without a
+	// trace), at TracePeakEvent on TracePeakDevice; TracePeakAllocatedBasis says whether it
+	// counts requested or rounded bytes.
+	TracePeakAllocatedBytes int64  `json:"trace_peak_allocated_bytes"`
+	TracePeakAllocatedBasis string `json:"trace_peak_allocated_basis"`
+	TracePeakEvent          int    `json:"trace_peak_event"`
+	TracePeakDevice         int    `json:"trace_peak_device"`
+	// AdviceItems: Advice with the rule of the advice table (advice.go) that gave each.
+	AdviceItems []AdviceItem `json:"advice_items"`
+	Notes       []string     `json:"notes"`
 	// largestStranded: the largest free block in a segment that still holds a live block.
 	largestStranded int64
 }
@@ -251,8 +260,12 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 	r.TotalGroups = len(r.Groups)
 	tr := fragTrace(snap, opt)
 	r.SegmentBursts = tr.bursts
+	if tr.peakAlloc > 0 {
+		r.TracePeakAllocatedBytes, r.TracePeakAllocatedBasis, r.TracePeakEvent, r.TracePeakDevice = tr.peakAlloc, sizeBasis(tr.peakRequested), tr.peakEvent, tr.peakDev
+	}
 	r.DeviceAtLimit = tr.oom || tr.retries > 0 || (opt.DeviceTotalBytes > 0 && r.ReservedBytes*10 >= opt.DeviceTotalBytes*9)
-	r.Verdict, r.Summary, r.Advice = fragAdvice(snap, r, tr, opt)
+	r.Verdict, r.Summary, r.AdviceItems = fragAdvice(snap, r, tr, opt)
+	r.Advice = adviceTexts(r.AdviceItems)
 	if len(r.Groups) > opt.Limit {
 		r.Groups = r.Groups[:opt.Limit]
 	}
@@ -271,45 +284,30 @@ func Fragmentation(snap *snapshot.Snapshot, opt FragOptions) (*FragmentationResu
 
 // fragTraceInfo is what the trace adds to the final state's cache.
 type fragTraceInfo struct {
-	hasTrace    bool
-	peakAlloc   int64 // highest allocated bytes over the trace (largest device), 0 without allocs
-	peakDev     int
-	peakEvent   int
-	oom         bool
-	retries     int // cudaMalloc-failure retry bursts
-	bursts      []SegmentBurst
-	deviceCount int
+	hasTrace      bool
+	peakAlloc     int64 // highest allocated bytes over the trace (largest device), 0 without allocs
+	peakDev       int
+	peakEvent     int
+	peakRequested bool // peakAlloc counts requested bytes (the trace records them), not rounded
+	oom           bool
+	retries       int // cudaMalloc-failure retry bursts
+	bursts        []SegmentBurst
+	deviceCount   int
 }
 
-// fragTrace reads the traces of the devices asked for: the allocated peak (alloc adds the size,
-// free_completed removes it; the baseline is the final allocated bytes minus the trace's net
-// change), oom events and segment-release bursts.
+// fragTrace reads the traces of the devices asked for: the allocated peak (as replay counts it),
+// oom events and segment-release bursts.
 func fragTrace(snap *snapshot.Snapshot, opt FragOptions) fragTraceInfo {
 	var t fragTraceInfo
-	finalAlloc := map[int]int64{}
-	for si := range snap.Segments {
-		s := &snap.Segments[si]
-		for _, b := range s.Blocks {
-			if b.State == snapshot.StateActiveAllocated {
-				finalAlloc[s.Device] += b.Size
-			}
-		}
-	}
 	var roles *Roles
 	for dev, evs := range snap.DeviceTraces {
 		if (opt.Device >= 0 && dev != opt.Device) || len(evs) == 0 {
 			continue
 		}
 		t.deviceCount++
-		var cur, hi int64
-		hiIdx, allocs, segFrees := -1, 0, 0
-		for i, ev := range evs {
+		segFrees := 0
+		for _, ev := range evs {
 			switch ev.Action {
-			case snapshot.ActionAlloc:
-				cur += ev.Size
-				allocs++
-			case snapshot.ActionFreeCompleted:
-				cur -= ev.Size
 			case snapshot.ActionOOM:
 				t.oom = true
 			case snapshot.ActionSegmentFree, snapshot.ActionSegmentUnmap:
@@ -318,14 +316,11 @@ func fragTrace(snap *snapshot.Snapshot, opt FragOptions) fragTraceInfo {
 				continue
 			}
 			t.hasTrace = true
-			if cur > hi {
-				hi, hiIdx = cur, i
-			}
 		}
-		if allocs > 0 && hiIdx >= 0 {
-			if peak := finalAlloc[dev] - cur + hi; peak > t.peakAlloc {
-				t.peakAlloc, t.peakDev, t.peakEvent = peak, dev, hiIdx
-			}
+		// The trace's peak as replay and summarize count it (one definition: replayPeaks), in
+		// the trace's own bytes (requested or rounded).
+		if p := replayPeaks(snap, dev); p.allocatedEvent >= 0 && p.allocated > t.peakAlloc {
+			t.peakAlloc, t.peakDev, t.peakEvent, t.peakRequested = p.allocated, dev, p.allocatedEvent, p.requested
 		}
 		if segFrees > 0 {
 			if roles == nil {
@@ -358,11 +353,11 @@ func pctString(part, total int64) string {
 	return fmt.Sprintf("%.1f%%", p)
 }
 
-func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInfo, opt FragOptions) (string, string, []string) {
-	out := []string{}
+// fragAdvice gives the verdict and its summary, and the advice table's items for them.
+func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInfo, opt FragOptions) (string, string, []AdviceItem) {
 	if r.ReservedBytes == 0 {
-		return FragEmpty, "nothing is reserved: empty_cache() returns 0 B",
-			append(out, "the allocator held no memory when the snapshot was taken: it was taken before any CUDA allocation, after everything was freed and released, or in a process that did not use these GPUs; call torch.cuda.memory._record_memory_history() before the model is built and dump the snapshot at the peak or on OOM")
+		r.Verdict = FragEmpty
+		return FragEmpty, "nothing is reserved: empty_cache() returns 0 B", advise("fragmentation", &adviceIn{frag: r})
 	}
 	expandable := r.Expandable || snap.Settings.ExpandableSegments
 	free, res := r.InactiveBytes, r.ReservedBytes
@@ -392,12 +387,6 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 			limit = fmt.Sprintf("reserved %s is near the device's %s", FormatBytes(res), FormatBytes(opt.DeviceTotalBytes))
 		}
 	}
-	// recommendExpandable: the device is full and the free memory is in small pieces that only
-	// merging can make usable.
-	recommendExpandable := func() string {
-		return fmt.Sprintf("%s, and the free memory is split into pieces of at most %s: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free neighbours merge and free pages can be unmapped and remapped where they are needed",
-			limit, FormatBytes(largestFree))
-	}
 	var verdict, summary string
 	switch {
 	case free*10 < res:
@@ -407,9 +396,6 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 			summary += fmt.Sprintf(", split into pieces of at most %s: too little memory for the split to matter", FormatBytes(largestFree))
 		}
 		summary += "; " + returns
-		if r.DeviceAtLimit && !expandable && stranded > 0 && worstFrag >= 50 {
-			out = append(out, recommendExpandable())
-		}
 	case rel >= stranded:
 		verdict = FragCache
 		summary = fmt.Sprintf("cache, not fragmentation: %s of the %s free is in fully free segments", FormatBytes(rel), FormatBytes(free))
@@ -417,7 +403,7 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 			summary = fmt.Sprintf("cache, not fragmentation: %s of the %s free is in whole free pages", FormatBytes(rel), FormatBytes(free))
 		}
 		if tr.peakAlloc > r.AllocatedBytes {
-			summary += fmt.Sprintf(", left after the trace's peak of %s allocated (event %d)", FormatBytes(tr.peakAlloc), tr.peakEvent)
+			summary += fmt.Sprintf(", left after the trace's peak of %s allocated (event %d, %s bytes)", FormatBytes(tr.peakAlloc), tr.peakEvent, sizeBasis(tr.peakRequested))
 			if tr.deviceCount > 1 {
 				summary += fmt.Sprintf(" on device %d", tr.peakDev)
 			}
@@ -425,57 +411,48 @@ func fragAdvice(snap *snapshot.Snapshot, r *FragmentationResult, tr fragTraceInf
 			summary += ", left by an earlier, higher allocation peak"
 		}
 		summary += "; " + returns
-		out = append(out, fmt.Sprintf("%s: PyTorch reuses this cache for the next allocations, so it is not lost; call torch.cuda.empty_cache() only if another process needs the memory", returns))
-		if stranded > 0 && stranded*20 >= res {
-			piece := ""
-			if r.largestStranded > 0 {
-				piece = fmt.Sprintf(" (largest free piece %s)", FormatBytes(r.largestStranded))
-			}
-			out = append(out, fmt.Sprintf("another %s is free in segments that still hold live blocks%s: it serves later requests that fit, but empty_cache() cannot return it", FormatBytes(stranded), piece))
-		}
 	case res < gib && !r.DeviceAtLimit:
 		verdict = FragSmall
 		summary = fmt.Sprintf("too small to matter: %s reserved, %s free; %s", FormatBytes(res), FormatBytes(free), returns)
-		out = append(out, fmt.Sprintf("nothing to do at this scale: %s of %s reserved is free", FormatBytes(free), FormatBytes(res)))
 	case expandable:
 		verdict = FragPageGranularity
 		summary = fmt.Sprintf("expandable segments: %s of the %s free lies in pages that also hold live blocks; %s", FormatBytes(stranded), FormatBytes(free), returns)
-		out = append(out, fmt.Sprintf("%s of free memory shares pages with live tensors: long-lived tensors are interleaved with short-lived ones; allocate long-lived buffers (caches, static inputs) first or preallocate them", FormatBytes(stranded)))
 	case stranded*5 >= res:
 		verdict = FragFragmented
 		summary = fmt.Sprintf("fragmented: %s (%.0f%% of reserved) is free but stranded in segments that still hold live blocks, in pieces of at most %s; %s",
 			FormatBytes(stranded), pct(stranded, res), FormatBytes(largestFree), returns)
-		if r.DeviceAtLimit {
-			out = append(out, recommendExpandable())
-		} else {
-			out = append(out, fmt.Sprintf("the stranded %s serves later requests that fit (up to %s); if the job runs out of memory with this much cached, set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free neighbours merge", FormatBytes(stranded), FormatBytes(largestFree)))
-		}
 	default:
 		verdict = FragSmall
 		summary = fmt.Sprintf("no fragmentation problem: %s of %s reserved is free, %s of it stranded next to live blocks (%.0f%% of reserved); %s",
 			FormatBytes(free), FormatBytes(res), FormatBytes(stranded), pct(stranded, res), returns)
 	}
-	// max_split_size_mb: never for expandable pools (should_split ignores it there), and it only
-	// changes anything for blocks at least that large.
-	if ms := snap.Settings.MaxSplitSize; ms > 0 {
-		switch {
-		case expandable:
-			out = append(out, fmt.Sprintf("drop max_split_size_mb:%d: with expandable segments the allocator's should_split ignores it for the expandable pools", ms/mib))
-		case r.LargestBlockBytes < ms:
-			out = append(out, fmt.Sprintf("max_split_size_mb:%d has no effect here: no block is %s or larger (the largest is %s), so nothing is kept from splitting; remove the setting unless blocks that large occur",
-				ms/mib, FormatBytes(ms), FormatBytes(r.LargestBlockBytes)))
-		}
-	}
-	if r.InternalWasteBytes*10 >= r.AllocatedBytes && r.InternalWasteBytes > 0 && r.InternalWasteBytes >= 64*mib {
-		out = append(out, fmt.Sprintf("%s of allocated blocks is rounding and unsplit remainders (size - requested): many odd-sized tensors; roundup_power2_divisions or padding sizes can reduce it", FormatBytes(r.InternalWasteBytes)))
-	}
+	// The advice table reads the verdict set here. max_split_size_mb: never for expandable pools
+	// (should_split ignores it there), and it only changes anything for blocks at least that large.
+	r.Verdict = verdict
+	in := &adviceIn{frag: r, fragExp: expandable, largestFree: largestFree, worstFrag: worstFrag, returns: returns,
+		limit: limit, maxSplit: snap.Settings.MaxSplitSize}
+	out := advise("fragmentation", in)
 	for _, b := range tr.bursts {
-		out = append(out, "segment release bursts: "+b.Advice)
-	}
-	if len(out) == 0 {
-		out = append(out, "nothing to change")
+		out = append(out, AdviceItem{Rule: b.AdviceRule, Text: segmentReleasesLead(b) + b.Advice})
 	}
 	return verdict, summary, out
+}
+
+// sizeBasis labels a byte count: "requested" (the sizes the program asked for, which newer
+// traces record) or "rounded" (the allocator's block sizes).
+func sizeBasis(requested bool) string {
+	if requested {
+		return "requested"
+	}
+	return "rounded"
+}
+
+// segmentReleasesLead names what a burst's advice is about: one event is a release, not a burst.
+func segmentReleasesLead(b SegmentBurst) string {
+	if b.Events == 1 {
+		return "segment release: "
+	}
+	return "segment release bursts: "
 }
 
 // Text renders the fragmentation report.

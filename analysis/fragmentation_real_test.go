@@ -47,16 +47,16 @@ func TestRealFragmentation(t *testing.T) {
 			[]string{"set max_split", "max_split_size_mb (e.g.", "expandable_segments:True"}},
 		// Cache after the peak, not fragmentation.
 		{"#6", "pt2.5-2.7_small-full-trace_cs336.pickle", FragCache, 6 * 512 * mib, 3749445120, 6,
-			[]string{"cache, not fragmentation", "left after the trace's peak of 3.0 GiB allocated (event 52)", "empty_cache() would return 3.0 GiB (6 fully free segments)"},
+			[]string{"cache, not fragmentation", "left after the trace's peak of 3.0 GiB allocated (event 52, requested bytes)", "empty_cache() would return 3.0 GiB (6 fully free segments)"},
 			[]string{"expandable_segments:True", "max_split"}},
 		{"#9", "pt2.10_user-metadata_windows_cs336.pickle", FragCache, 11773411328, 12803188224, 170,
-			[]string{"cache, not fragmentation", "left after the trace's peak of 13.0 GiB allocated (event 1402)", "empty_cache() would return 11.0 GiB (170 fully free segments)"},
+			[]string{"cache, not fragmentation", "left after the trace's peak of 13.0 GiB allocated (event 1402, requested bytes)", "empty_cache() would return 11.0 GiB (170 fully free segments)"},
 			[]string{"expandable_segments:True", "max_split"}},
 		{"#10", "pt2.1_hf-qlora-bnb-accelerate-llama-train_ftcourse.pickle", FragCache, 2558525440, 4174528000, 78,
 			[]string{"cache, not fragmentation", "another 1.5 GiB is free in segments that still hold live blocks (largest free piece 43.5 MiB)"},
 			[]string{"expandable_segments:True", "max_split"}},
 		{"#11", "pt2.2_repeated-snapshot-events_cnn-counterfactuals_eornn.pickle", FragCache, 46 * mib, 85456896, 5,
-			[]string{"cache, not fragmentation", "peak of 103 MiB allocated (event 759)"},
+			[]string{"cache, not fragmentation", "peak of 103 MiB allocated (event 759, requested bytes)"},
 			[]string{"expandable_segments:True", "max_split"}},
 		// #5: 0.8% free in pieces of at most 5 MiB: too little to matter, never "little
 		// fragmentation" beside a 96% fragmented group.

@@ -77,7 +77,15 @@ func TestReentered(t *testing.T) {
 }
 
 func TestOptimizerAdvice(t *testing.T) {
-	r := &ReplayResult{PeakAllocatedBytes: 4 * gib, PeakAllocatedEvent: 1843, PeakOutsideOptimizerBytes: 3 * gib}
+	r := &ReplayResult{PeakAllocatedBytes: 4 * gib, PeakAllocatedEvent: 1843, PeakOutsideOptimizerBytes: 3 * gib, HasTrace: true, PeakPhase: "optimizer"}
+	optimizerAdvice := func(r *ReplayResult, mix peakMix) string {
+		for _, it := range advise("replay", &adviceIn{replay: r, mix: mix}) {
+			if strings.HasPrefix(it.Rule, "replay.optimizer.") {
+				return it.Text
+			}
+		}
+		return ""
+	}
 	cases := []struct {
 		name string
 		mix  peakMix

@@ -98,6 +98,11 @@ type OOMEvent struct {
 	Verdict       string   `json:"verdict"`
 	Explanation   string   `json:"explanation"`
 	Fixes         []string `json:"fixes"`
+	// Advice: the fixes with the rule of the advice table (advice.go) that gave each.
+	Advice []AdviceItem `json:"advice"`
+	// RoleBytes: live bytes per role at the OOM, over every site (the advice rules' gates read it).
+	RoleBytes map[string]int64 `json:"role_bytes"`
+	adv       *adviceIn
 	// ExpandableWhatIf: the trace replayed with expandable segments at this OOM (whatif.go);
 	// absent when the file already uses them or has no trace to replay.
 	ExpandableWhatIf *OOMWhatIf `json:"expandable_what_if,omitempty"`
@@ -623,9 +628,6 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 			o.Explanation = fmt.Sprintf("the device had only %s free for a %s request although PyTorch reserved just %s: together %s, under half of even the smallest GPU that holds them (%s), so the rest of the device is held outside PyTorch's allocator: device size − %s, at least %s; the file does not record the device size, so the exact amount is unknown (pass it: CLI --device-memory, MCP device_memory_bytes)",
 				FormatBytes(o.DeviceFreeBytes), req, FormatBytes(o.ReservedBytes), FormatBytes(seen), FormatBytes(total), FormatBytes(seen), FormatBytes(outsideBytes))
 		}
-		o.Fixes = []string{"check other processes on the GPU (nvidia-smi) and stop them or give each its own GPU",
-			"NCCL and communication buffers, cuDNN/cuBLAS workspaces and the CUDA context use memory PyTorch does not count: reduce NCCL buffers (NCCL_BUFFSIZE) or the number of communicators",
-			"limit other frameworks in the same process (TensorFlow/JAX preallocate: XLA_PYTHON_CLIENT_PREALLOCATE=false)"}
 	case o.InactiveBytes >= o.RequestedBytes && o.LargestFreeBlockBytes < o.RequestedBytes:
 		o.Verdict = VerdictFragmentation
 		switch {
@@ -639,16 +641,6 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 			o.Explanation = fmt.Sprintf("%s was cached free, more than the %s request, but the largest free block of its pool and stream was %s: the free memory is split between live blocks and segments never merge",
 				FormatBytes(o.InactiveBytes), req, FormatBytes(o.LargestFreeBlockBytes))
 		}
-		o.Fixes = []string{"set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free memory in a pool stays contiguous"}
-		if o.Expandable {
-			o.Fixes[0] = "expandable segments are already on: holes between long-lived tensors still cannot be merged"
-		}
-		// max_split_size_mb only keeps blocks at least that large whole, and expandable pools
-		// ignore it (should_split).
-		if !o.Expandable && snap.Settings.MaxSplitSize <= 0 && fs.largestSeg >= 2*maxSplitSuggestion {
-			o.Fixes = append(o.Fixes, fmt.Sprintf("or set max_split_size_mb (e.g. PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:%d) so cached blocks of %s and more are not split for small requests", maxSplitSuggestion/mib, FormatBytes(maxSplitSuggestion)))
-		}
-		o.Fixes = append(o.Fixes, "allocate long-lived tensors (caches, buffers) up front instead of interleaving them with per-step temporaries")
 	default:
 		o.Verdict = VerdictCapacity
 		o.Explanation = fmt.Sprintf("live tensors hold %s of %s reserved and only %s was free on the device: the %s request does not fit",
@@ -656,7 +648,6 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 		if o.Dominant != "" {
 			o.Explanation += fmt.Sprintf("; the largest role is %s (%s, %.0f%% of live memory)", strings.ReplaceAll(o.Dominant, "_", " "), FormatBytes(o.DominantBytes), pct(o.DominantBytes, o.AllocatedBytes))
 		}
-		o.Fixes = capacityFixes(o, byCat, fs)
 	}
 	if src == "estimate" && o.Verdict != VerdictOutsidePyTorch {
 		o.Explanation += fmt.Sprintf(" (the file does not record the device size; assumed %s, the smallest common GPU size holding reserved + free: pass the real size if it differs)", FormatBytes(total))
@@ -669,6 +660,9 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 		}
 	}
 	o.Explanation += ignored
+	o.RoleBytes = byCat
+	o.adv = oomAdviceIn(o, byCat, fs, snap)
+	o.advise()
 }
 
 // maxSplitSuggestion is the max_split_size the fragmentation fix suggests.
@@ -679,93 +673,26 @@ const materialShare = 10
 
 func material(b, live int64) bool { return b > 0 && live > 0 && b*100 >= live*materialShare }
 
-// capacityFixes gives the fixes for a capacity OOM, gated on what the device shows: activation
-// checkpointing only with a backward pass (never for inference) and material activations,
-// fused attention only when attention code holds memory, optimizer fixes only when optimizer
-// state is material, inference fixes (batch, KV cache, quantized weights) for inference.
-// Fixes that name the most bytes come first.
-func capacityFixes(o *OOMEvent, byCat map[string]int64, fs freeState) []string {
-	type fix struct {
-		bytes int64
-		text  string
-	}
-	var fixes []fix
-	add := func(b int64, t string) { fixes = append(fixes, fix{b, t}) }
+// oomAdviceIn is what the advice table (advice.go) reads of an OOM: its verdict, the live
+// memory by role, attention code's share and the segment sizes. max_split_size_mb only keeps
+// blocks at least that large whole, and expandable pools ignore it (should_split).
+func oomAdviceIn(o *OOMEvent, byCat map[string]int64, fs freeState, snap *snapshot.Snapshot) *adviceIn {
 	live := o.AllocatedBytes
 	for _, b := range byCat {
 		live = max(live, b)
 	}
-	inference := o.Workload == WorkloadInference
-	training := !inference && (o.HasBackward || o.Workload == WorkloadTraining)
-	act := byCat[CategoryActivation]
-	share := func(b int64) string { return fmt.Sprintf("%s, %.0f%% of live memory", FormatBytes(b), pct(b, live)) }
-	if training && act*5 >= live && act > 0 {
-		add(act, fmt.Sprintf("activation checkpointing (torch.utils.checkpoint) on the repeated blocks: activations saved for backward hold %s at the OOM, and checkpointing would recompute most of them instead of keeping them", share(act)))
+	return &adviceIn{oom: o, byCat: byCat, live: live, attnBytes: fs.attnBytes, attnSite: fs.attnSite,
+		largestSeg: fs.largestSeg, maxSplit: snap.Settings.MaxSplitSize}
+}
+
+// advise sets the OOM's advice from the table: again after the what-if replay is attached,
+// since rules read it.
+func (o *OOMEvent) advise() {
+	if o.adv == nil {
+		return
 	}
-	if fs.attnBytes > 0 && material(fs.attnBytes, live) {
-		add(fs.attnBytes, fmt.Sprintf("fused attention (F.scaled_dot_product_attention: flash / memory-efficient kernels) instead of materializing the attention scores and softmax: attention code (%s) holds %s", fs.attnSite, share(fs.attnBytes)))
-	}
-	if opt := byCat[CategoryOptimizerState]; material(opt, live) && !inference {
-		add(opt, fmt.Sprintf("optimizer state holds %s: a lower-memory optimizer (8-bit Adam from bitsandbytes, Adafactor) or sharded optimizer state (ZeRO-1/2, FSDP)", share(opt)))
-	}
-	pg := byCat[CategoryParameter] + byCat[CategoryGradient]
-	switch {
-	case inference:
-		if kv := byCat[CategoryKVCache]; material(kv, live) {
-			add(kv, fmt.Sprintf("the KV cache holds %s: a smaller batch or maximum sequence length, or a paged/quantized KV cache (fp8/int8)", share(kv)))
-		}
-		if p := byCat[CategoryParameter]; material(p, live) {
-			add(p, fmt.Sprintf("weights hold %s: bf16/fp16 weights instead of fp32, or quantized weights (8-bit / 4-bit, e.g. bitsandbytes, GPTQ, AWQ), or offload layers to the CPU", share(p)))
-		}
-		if t := act + byCat[CategoryTemporary]; material(t, live) {
-			add(t, fmt.Sprintf("forward activations and temporaries hold %s: a smaller batch or shorter inputs (chunk long prompts), run under torch.inference_mode(), and bf16 autocast", share(t)))
-		}
-	case material(pg, live) && byCat[CategoryGradient] > 0:
-		add(pg, fmt.Sprintf("parameters and gradients hold %s: bf16 weights, shard them across GPUs (FSDP / ZeRO-3), LoRA instead of full fine-tuning, or CPU offload", share(pg)))
-	case material(pg, live):
-		add(pg, fmt.Sprintf("parameters hold %s: bf16 weights, shard them across GPUs (FSDP), or CPU offload", share(pg)))
-	}
-	if training && material(act+byCat[CategoryBackwardTemporary], live) {
-		add((act+byCat[CategoryBackwardTemporary])/2, "bf16/fp16 autocast (torch.autocast) to halve activations, and a smaller batch or sequence length with gradient accumulation to keep the effective batch")
-	}
-	if !training && !inference && material(act+byCat[CategoryTemporary], live) {
-		add(act+byCat[CategoryTemporary], fmt.Sprintf("forward activations and temporaries hold %s and the trace shows no backward pass: if this forward is inference, run it under torch.inference_mode() (activations are then freed layer by layer); otherwise a smaller batch or sequence length, or bf16 autocast", share(act+byCat[CategoryTemporary])))
-	}
-	if ws := byCat[CategoryWorkspace]; material(ws, live) {
-		add(ws, fmt.Sprintf("cuBLAS/cuDNN workspaces hold %s (one per handle: thread and stream): a smaller CUBLAS_WORKSPACE_CONFIG (e.g. :4096:8) or fewer streams", share(ws)))
-	}
-	if uc := byCat[CategoryUserContainer]; material(uc, live) {
-		add(uc, fmt.Sprintf("a list, dict or variable in your code keeps %s alive: store x.detach().cpu() or x.item() instead, bound it (collections.deque(maxlen=N)), or del it before the next step", share(uc)))
-	}
-	if ac := byCat[CategoryAutocastCache]; material(ac, live) {
-		add(ac, fmt.Sprintf("autocast's cast cache holds %s (low-precision copies of the weights): keep one autocast region per step, or keep the weights in bf16", share(ac)))
-	}
-	if cm := byCat[CategoryCommunication]; material(cm, live) {
-		add(cm, fmt.Sprintf("communication buffers hold %s: smaller DDP bucket_cap_mb or FSDP/ZeRO bucket sizes", share(cm)))
-	}
-	slices.SortStableFunc(fixes, func(x, y fix) int {
-		if x.bytes != y.bytes {
-			if x.bytes > y.bytes {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
-	out := make([]string, 0, len(fixes)+2)
-	for _, f := range fixes {
-		out = append(out, f.text)
-	}
-	if len(out) == 0 {
-		out = append(out, "reduce the batch size")
-	}
-	out = append(out, "look at the largest sites live at the OOM (listed with it) and free or shrink them")
-	if !inference {
-		out = append(out, "shard the model (FSDP / ZeRO) or use a GPU with more memory")
-	} else {
-		out = append(out, "use a GPU with more memory or split the model across GPUs (tensor / pipeline parallel)")
-	}
-	return out
+	o.Advice = advise("oom", o.adv)
+	o.Fixes = adviceTexts(o.Advice)
 }
 
 // Text renders every OOM with its verdict and fixes.

@@ -53,6 +53,8 @@ type GCFrees struct {
 	Bursts int         `json:"bursts"` // runs of consecutive GC frees
 	Sites  []SiteBytes `json:"sites"`  // allocation sites of the freed blocks
 	Advice string      `json:"advice"`
+	// AdviceRule: the rule of the advice table (advice.go) that gave Advice.
+	AdviceRule string `json:"advice_rule"`
 }
 
 // isGCStack reports whether a free's stack runs inside the cyclic garbage collector.
@@ -136,8 +138,11 @@ type ReplayResult struct {
 	StagesTotal int     `json:"stages_total"`
 	// OptimizerAdvice is set only when an optimizer step sets the peak and its temporaries and
 	// re-allocated state are material there.
-	OptimizerAdvice string       `json:"optimizer_advice,omitempty"`
-	DelayedFrees    DelayedFrees `json:"delayed_frees"`
+	OptimizerAdvice string `json:"optimizer_advice,omitempty"`
+	// Advice: the advice above (checkpointing, forward-only, optimizer), each with the rule of
+	// the advice table (advice.go) that gave it.
+	Advice       []AdviceItem `json:"advice"`
+	DelayedFrees DelayedFrees `json:"delayed_frees"`
 	// IterationSource says where steps come from (see StepInfo.Source); Iterations counts them.
 	IterationSource string `json:"iteration_source"`
 	Iterations      int    `json:"iterations"`
@@ -157,6 +162,8 @@ type ReplayResult struct {
 	// SizesAreRequested: the trace records requested bytes (newer PyTorch), so allocated memory over
 	// time counts requested bytes; the final state counts rounded block sizes.
 	SizesAreRequested bool `json:"sizes_are_requested"`
+	// PeakAllocatedBasis: "requested" or "rounded", the bytes the allocated peaks count.
+	PeakAllocatedBasis string `json:"peak_allocated_basis"`
 	// SegmentBursts: runs of segment_free / segment_unmap events, named (explicit empty_cache()
 	// calls, the allocator's cudaMalloc-failure retries) with their advice (bursts.go).
 	SegmentBursts []SegmentBurst `json:"segment_bursts"`
@@ -1138,7 +1145,7 @@ func (r *Roles) warmLive(dev int) {
 func newReplayResult(snap *snapshot.Snapshot, e *engine, dev int) *ReplayResult {
 	r := &ReplayResult{Path: snap.Path, Device: dev, Events: len(e.evs),
 		EventCounts: []ActionCount{}, PeakSites: []SiteBytes{}, RepeatingSites: []RepeatingSite{}, Stages: []Stage{},
-		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none"}
+		Notes: []string{}, PeakAllocatedEvent: -1, PeakReservedEvent: -1, IterationSource: "none", Advice: []AdviceItem{}}
 	r.DelayedFrees = DelayedFrees{Streams: []string{}, Sites: []SiteBytes{}}
 	r.GCFrees = GCFrees{Sites: []SiteBytes{}}
 	if dev >= 0 && dev < len(snap.DroppedEvents) {
@@ -1253,8 +1260,9 @@ func (w *freeWatch) finish(roles *Roles, dev int, e *engine, limit int) {
 			Bytes: g.bytes, Blocks: g.blocks})
 	}
 	r.GCFrees.Sites = mergeSiteBytes(r.GCFrees.Sites, limit)
-	if r.GCFrees.Count > 0 {
-		r.GCFrees.Advice = "these tensors lived until a garbage-collector pass because reference cycles held them: find the cycles with torch.utils.viz._cycles.warn_tensor_cycles() and break them (e.g. do not store tensors on objects that reference themselves, use weakref)"
+	if it, ok := adviseOne("replay", &adviceIn{replay: r, gcOnly: true}); ok {
+		r.GCFrees.Advice, r.GCFrees.AdviceRule = it.Text, it.Rule
+		r.Advice = append(r.Advice, it)
 	}
 }
 
@@ -1343,7 +1351,7 @@ func walkTrace(ctx context.Context, e *engine, r *ReplayResult) (*walk, error) {
 	r.DurationUS = r.LastTimeUS - r.FirstTimeUS
 	r.EndAllocatedBytes, r.EndReservedBytes = e.allocated, e.reserved
 	r.Consistent = e.consistent()
-	r.SizesAreRequested = e.requested
+	r.SizesAreRequested, r.PeakAllocatedBasis = e.requested, sizeBasis(e.requested)
 	for _, act := range snapshot.Actions() {
 		if c := counts[act]; c > 0 {
 			r.EventCounts = append(r.EventCounts, ActionCount{Action: act.String(), Count: c})
@@ -1373,15 +1381,18 @@ func explainPeak(ctx context.Context, seed *engineSeed, end *engine, roles *Role
 	r.PeakPhase = roles.phaseName(dev, r.PeakAllocatedEvent)
 	if r.PeakPhase == "optimizer" {
 		r.PeakOutsideOptimizerBytes = roles.peakOutside(dev, phaseOptimizer, after)
-		r.OptimizerAdvice = optimizerAdvice(r, mix)
 	}
-	if roles.HasBackward(dev) && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/5 && r.ActivationBytesAtPeak >= 512*mib {
-		r.CheckpointingAdvice = fmt.Sprintf("activations saved for backward hold %s (%.0f%%) at the peak: activation checkpointing (%s) would trade most of it for recompute",
-			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes), checkpointingIdiom(r.PeakSites))
-	}
-	if !roles.HasBackward(dev) && r.Workload == WorkloadTraining && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/10 && r.ActivationBytesAtPeak >= 512*mib {
-		r.ForwardOnlyAdvice = fmt.Sprintf("the trace holds a forward pass with grad enabled and no backward: %s (%.0f%%) at the peak are activations it saves for a backward; if none follows (a forward-only benchmark, evaluation, generation), run it under torch.inference_mode() (or torch.no_grad()) and they are not kept; if one does, they are the step's own (activation checkpointing trades them for recompute)",
-			FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes))
+	// The advice table (advice.go) reads the peak's mix.
+	r.Advice = append(r.Advice, advise("replay", &adviceIn{replay: r, mix: mix, hasBwd: roles.HasBackward(dev), idiom: checkpointingIdiom(r.PeakSites)})...)
+	for _, it := range r.Advice {
+		switch it.Rule {
+		case "replay.optimizer.in-place", "replay.optimizer.fused":
+			r.OptimizerAdvice = it.Text
+		case "replay.checkpointing":
+			r.CheckpointingAdvice = it.Text
+		case "replay.forward-only":
+			r.ForwardOnlyAdvice = it.Text
+		}
 	}
 	return nil
 }
@@ -1497,29 +1508,6 @@ func mergeSiteBytes(in []SiteBytes, limit int) []SiteBytes {
 		out = out[:limit]
 	}
 	return out
-}
-
-// optimizerAdvice: when an optimizer step sets the peak and its temporaries and the state it
-// re-allocates (the old state still alive beside the new) are material there, say so and how to
-// make the update in place.
-func optimizerAdvice(r *ReplayResult, mix peakMix) string {
-	extra := mix.optTemp + mix.optNew
-	if extra < 64*mib || extra*10 < r.PeakAllocatedBytes {
-		return ""
-	}
-	var parts []string
-	if mix.optTemp > 0 {
-		parts = append(parts, fmt.Sprintf("%s of step temporaries (largest at %s)", FormatBytes(mix.optTemp), mix.optSite))
-	}
-	if mix.optNew > 0 {
-		parts = append(parts, fmt.Sprintf("%s of optimizer state allocated anew during the step while the old state is still alive", FormatBytes(mix.optNew)))
-	}
-	head := fmt.Sprintf("the optimizer step, not the forward or backward pass, sets the peak (%s at event %d; %s outside optimizer steps): %s",
-		FormatBytes(r.PeakAllocatedBytes), r.PeakAllocatedEvent, FormatBytes(r.PeakOutsideOptimizerBytes), strings.Join(parts, " and "))
-	if mix.optOwn {
-		return head + fmt.Sprintf(". The update at %s is out of place: update the state in place (m.mul_(beta1).add_(g, alpha=1-beta1), v.mul_(beta2).addcmul_(g, g, value=1-beta2), p.addcdiv_(m, v.sqrt().add_(eps), value=-lr)) or use torch.optim.AdamW(fused=True)", mix.optSite)
-	}
-	return head + ". Use the fused implementation (e.g. torch.optim.AdamW(fused=True)), whose update is in place per parameter instead of foreach temporaries over every parameter at once"
 }
 
 // repeatingSites finds sites whose trace allocations survive to the end across at least two

@@ -3,6 +3,7 @@ package analysis
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -191,7 +192,12 @@ func TestSameRunFacts(t *testing.T) {
 			if notComparable == r.sameRun() {
 				t.Errorf("patterns %+v for same_run %v", r.Patterns, r.SameRun)
 			}
-			if notComparable && (!strings.Contains(r.Patterns[0].Fix, "take two snapshots of the same process at different steps") ||
+			twoSnaps := 0
+			for _, n := range r.Notes {
+				twoSnaps += strings.Count(n, "take two snapshots of the same process at different steps")
+			}
+			if notComparable && (r.Patterns[0].FixRule != "diff.compare-runs" || !strings.Contains(r.Patterns[0].Fix, "none for a leak: these are two runs") ||
+				strings.Contains(r.Patterns[0].Fix, "take two snapshots") || twoSnaps != 1 ||
 				!strings.Contains(r.Patterns[0].Evidence, map[bool]string{true: "may be between two processes: it cannot be read as growth: no leak pattern applies",
 					false: "is between two processes, not growth: no leak pattern applies"}[r.SameRun == nil])) {
 				t.Errorf("not_comparable %+v", r.Patterns[0])
@@ -300,9 +306,18 @@ func TestDiffRealCrossFile(t *testing.T) {
 					t.Errorf("roles %+v do not add up to %d / %d", r.Roles, r.BytesBefore, r.BytesAfter)
 				}
 				text := r.Text()
-				first, _, _ := strings.Cut(text, "\n")
-				if !strings.Contains(first, formatDelta(r.DeltaBytes)+")") || !strings.Contains(first, "two different runs: the difference is not growth") {
-					t.Errorf("headline %q", first)
+				// Two runs are compared at their peaks first, then the final states.
+				first, rest, _ := strings.Cut(text, "\n")
+				second := first
+				if r.PeakBeforeBytes != nil && r.PeakAfterBytes != nil {
+					second, _, _ = strings.Cut(rest, "\n")
+				}
+				if r.PeakBeforeBytes != nil && r.PeakAfterBytes != nil &&
+					!strings.HasPrefix(first, fmt.Sprintf("peak %s -> %s (%s)", FormatBytes(*r.PeakBeforeBytes), FormatBytes(*r.PeakAfterBytes), formatDelta(*r.PeakAfterBytes-*r.PeakBeforeBytes))) {
+					t.Errorf("headline %q does not lead with the peaks", first)
+				}
+				if !strings.Contains(second, formatDelta(r.DeltaBytes)+")") || !strings.Contains(second, "two different runs: the difference is not growth") {
+					t.Errorf("second line %q", second)
 				}
 				for _, bad := range []string{PatternNoGrowth, PatternGrowingContainer, PatternRetainedGraph, PatternOptimizerFirstStp, PatternUnexplainedGrowth} {
 					if strings.Contains(text, bad) {

@@ -121,6 +121,5 @@ func sameStepPattern(s sameStep, all []DiffSite, r *DiffResult) DiffPattern {
 		ev += fmt.Sprintf("; the largest growth %s %s in %+d blocks [%s]", d.Site, formatDelta(d.DeltaBytes), d.DeltaBlocks, d.Category)
 	}
 	ev += ") is " + own + ", and no leak pattern applies"
-	return DiffPattern{Name: PatternWithinOneStep, Evidence: ev,
-		Fix: "none for a leak: to look for one, dump snapshots at the same point of two different steps or calls (e.g. right after optimizer.step() at step 5 and at step 50) and diff those; for what this step holds at its peak, run replay on the later file"}
+	return DiffPattern{Name: PatternWithinOneStep, Evidence: ev}
 }

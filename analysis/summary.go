@@ -79,10 +79,15 @@ type TraceSummary struct {
 	// requested bytes, below the rounded block sizes allocated_bytes counts (it can read
 	// lower than the final allocated of a run that ends at its peak).
 	SizesAreRequested bool `json:"sizes_are_requested"`
+	// PeakAllocatedBasis: "requested" or "rounded", the bytes peak_allocated_bytes counts.
+	PeakAllocatedBasis string `json:"peak_allocated_basis"`
 	// PeaksAreFinalState: the file has no trace (state only, or history events without
 	// allocations), so the peaks are the final state's allocated and reserved bytes, not a
 	// peak over time.
 	PeaksAreFinalState bool `json:"peaks_are_final_state"`
+	// LandsOnFinalState: replaying the trace ends on the file's final allocated blocks (false:
+	// events are missing or the state was taken elsewhere; replay names the difference).
+	LandsOnFinalState bool `json:"lands_on_final_state"`
 }
 
 // DeviceSummary is one device's memory.
@@ -177,6 +182,16 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 	}
 	s.VisibleDevices = len(snap.DeviceTraces)
 	s.CannotAnswer = cannotAnswer(snap.Caps, snap.Format)
+	for _, d := range s.Devices {
+		if !d.Trace.LandsOnFinalState {
+			s.CannotAnswer = strings.Replace(s.CannotAnswer, "nothing notable: full trace with stacks on allocations and frees", "cannot tell: the trace does not land on the file's final state", 1)
+			if !strings.Contains(s.CannotAnswer, "does not land") {
+				s.CannotAnswer += "; the trace does not land on the file's final state"
+			}
+			s.CannotAnswer += fmt.Sprintf(" (device %d: replay names the difference)", d.Device)
+			break
+		}
+	}
 	if n := emptySnapshot(snap); n != "" {
 		s.Notes = append(s.Notes, n)
 	}
@@ -302,8 +317,41 @@ func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) Devic
 	peaks := replayPeaks(snap, dev)
 	ds.Trace.PeakAllocatedBytes, ds.Trace.PeakReservedBytes = peaks.allocated, peaks.reserved
 	ds.Trace.SizesAreRequested = peaks.requested && ds.Trace.Events > 0
+	ds.Trace.PeakAllocatedBasis = sizeBasis(ds.Trace.SizesAreRequested)
 	ds.Trace.PeaksAreFinalState = dev >= len(snap.DeviceTraces) || !snapshot.IsHistory(snap.DeviceTraces[dev])
+	ds.Trace.LandsOnFinalState = ds.Trace.PeaksAreFinalState || traceLandsOnFinal(snap, dev)
 	return ds
+}
+
+// traceLandsOnFinal reports, from the trace's tally, whether the blocks the trace leaves
+// allocated are the file's final allocated blocks: every final block the trace touches is one
+// it left allocated, and their bytes (in the trace's own sizes) add up to what it left.
+func traceLandsOnFinal(snap *snapshot.Snapshot, dev int) bool {
+	x := snap.TraceIndex(dev)
+	t := &x.Tally
+	_, before, _, _ := t.Peaks()
+	var inTrace int64
+	for si := range snap.Segments {
+		seg := &snap.Segments[si]
+		if seg.Device != dev {
+			continue
+		}
+		for _, b := range seg.Blocks {
+			if b.State != snapshot.StateActiveAllocated {
+				continue
+			}
+			id, ok := x.Block(b.Address)
+			if !ok {
+				continue // alive before the trace and untouched by it
+			}
+			size, live := t.LastAlloc(id)
+			if !live {
+				return false
+			}
+			inTrace += size
+		}
+	}
+	return inTrace == before+t.Running()
 }
 
 func sortedKeys(m map[string]int64) []string {
@@ -538,6 +586,7 @@ func (s *Summary) Text() string {
 type peaks struct {
 	allocated, reserved int64
 	requested           bool
+	allocatedEvent      int // the event where the allocated peak is first reached (-1: none)
 }
 
 // replayPeaks gives the same peaks as the full replay (ReplayDevice) from the trace's tally
@@ -582,7 +631,7 @@ func replayPeaks(snap *snapshot.Snapshot, dev int) peaks {
 			before += size
 		}
 	}
-	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg, requested: requested}
+	return peaks{allocated: before + maxRunning, reserved: finalRes - segNet + maxSeg, requested: requested, allocatedEvent: t.PeakEvent()}
 }
 
 // blocksCol is "blocks" or "block " (padded) for table columns.

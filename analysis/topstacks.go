@@ -713,9 +713,14 @@ func segmentStackHint(snap *snapshot.Snapshot, roles *Roles) string {
 func capsNotes(snap *snapshot.Snapshot, noStack, emptyStack int) []string {
 	out := []string{}
 	c := snap.Caps
-	if !c.FramesOnBlocks {
+	switch {
+	case !c.FramesOnBlocks && c.FramesOnAllocs:
+		// The trace's allocations carry frames, so history was recorded with context: the live
+		// blocks were allocated before it started.
+		out = append(out, "the file has no stacks on its live blocks (they were allocated before recording started; the trace's allocations carry frames): their sites are unknown")
+	case !c.FramesOnBlocks:
 		out = append(out, "the file has no stacks on its blocks (history was not recorded with context): sites are unknown")
-	} else {
+	default:
 		if noStack > 0 {
 			out = append(out, fmt.Sprintf("%s %s no recorded stack", count(noStack, "block"), have(noStack)))
 		}

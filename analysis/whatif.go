@@ -92,6 +92,8 @@ type WhatIfFidelity struct {
 	// while the replays count rounded blocks, as PyTorch's allocated_bytes does.
 	RecordedPeakAllocatedBytes int64 `json:"recorded_peak_allocated_bytes"`
 	SizesAreRequested          bool  `json:"sizes_are_requested"`
+	// RecordedPeakAllocatedBasis: "requested" or "rounded", the bytes that peak counts.
+	RecordedPeakAllocatedBasis string `json:"recorded_peak_allocated_basis"`
 	// Exact: the baseline reproduces every recorded segment event and OOM and makes no other.
 	Exact bool `json:"exact"`
 	// Checked: the trace holds something to compare (segment events or OOMs).
@@ -117,7 +119,7 @@ type WhatIfRun struct {
 }
 
 func whatIfRun(r *allocator.RunResult) WhatIfRun {
-	return WhatIfRun{PeakReservedBytes: r.Stats.PeakReserved, PeakAllocatedBytes: r.Stats.PeakAllocated,
+	return WhatIfRun{PeakReservedBytes: r.PeakReservedInTrace, PeakAllocatedBytes: r.Stats.PeakAllocated,
 		CudaMallocCalls: r.Stats.SegmentAllocs + r.Stats.SegmentMaps, OOMCount: r.Stats.OOMs, CacheFlushes: r.Stats.CacheFlushes,
 		CudaFreeCalls: r.Stats.SegmentFrees + r.Stats.SegmentUnmaps}
 }
@@ -145,9 +147,13 @@ type WhatIfDevice struct {
 	StartAllocatedBytes int64          `json:"start_allocated_bytes"`
 	Fidelity            WhatIfFidelity `json:"fidelity"`
 	Baseline            WhatIfRun      `json:"baseline"`
-	WhatIf              WhatIfRun      `json:"whatif"`
-	OOMs                []WhatIfOOM    `json:"ooms"`
-	Notes               []string       `json:"notes"`
+	// PeakAllocatedBasis is "rounded": the replays (baseline and whatif) count the allocator's
+	// block sizes, as PyTorch's allocated_bytes does (fidelity's recorded peak may count
+	// requested bytes: its own basis says).
+	PeakAllocatedBasis string      `json:"peak_allocated_basis"`
+	WhatIf             WhatIfRun   `json:"whatif"`
+	OOMs               []WhatIfOOM `json:"ooms"`
+	Notes              []string    `json:"notes"`
 }
 
 // WhatIfCandidate is one setting of the recommend grid, over every device.
@@ -318,7 +324,7 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 			for _, dr := range all {
 				r := dr.runs[g]
 				c.OOMCount += r.Stats.OOMs
-				c.PeakReservedBytes += r.Stats.PeakReserved
+				c.PeakReservedBytes += r.PeakReservedInTrace
 				c.PeakAllocatedBytes += r.Stats.PeakAllocated
 				c.CudaMallocCalls += r.Stats.SegmentAllocs + r.Stats.SegmentMaps
 				c.CacheFlushes += r.Stats.CacheFlushes
@@ -366,8 +372,8 @@ func WhatIf(ctx context.Context, snap *snapshot.Snapshot, device *int, opt WhatI
 		recordedAllocated(snap, &d)
 		out.Devices = append(out.Devices, d)
 		out.ChangeNeeded = out.ChangeNeeded || len(dr.t.OOMs) > 0 || dr.base.Stats.OOMs > 0
-		basePeak += dr.base.Stats.PeakReserved
-		bestPeak += dr.runs[best].Stats.PeakReserved
+		basePeak += dr.base.PeakReservedInTrace
+		bestPeak += dr.runs[best].PeakReservedInTrace
 	}
 	switch baseRun, bestRun := out.runTotals(); {
 	case out.ChangeNeeded:
@@ -542,7 +548,7 @@ func matched(rec, model []allocator.Recorded) (int, int) {
 func recordedAllocated(snap *snapshot.Snapshot, d *WhatIfDevice) {
 	p := replayPeaks(snap, d.Device)
 	f := &d.Fidelity
-	f.RecordedPeakAllocatedBytes, f.SizesAreRequested = p.allocated, p.requested
+	f.RecordedPeakAllocatedBytes, f.SizesAreRequested, f.RecordedPeakAllocatedBasis = p.allocated, p.requested, sizeBasis(p.requested)
 	// Only where the text shows two numbers: a few KiB of rounding on 5 GiB is not a question.
 	if p.requested && FormatBytes(d.Baseline.PeakAllocatedBytes) != FormatBytes(p.allocated) {
 		d.Notes = append(d.Notes, fmt.Sprintf("the trace records requested sizes: its own peak allocated (replay, summarize) is %s in requested bytes; the replays count whole blocks as the allocator hands them out (rounded up, and not split when the rest is too small to split), as PyTorch's allocated_bytes does, so the baseline's peak allocated is %s, and a setting that splits differently changes it",
@@ -551,7 +557,7 @@ func recordedAllocated(snap *snapshot.Snapshot, d *WhatIfDevice) {
 }
 
 func whatIfDevice(t *allocator.Trace, capacity int64, src string, capNotes []string, base, run *allocator.RunResult, what, baseSet allocator.Settings) WhatIfDevice {
-	d := WhatIfDevice{Device: t.Device, CapacityBytes: capacity, CapacitySource: src, Start: t.Start,
+	d := WhatIfDevice{Device: t.Device, PeakAllocatedBasis: sizeBasis(false), CapacityBytes: capacity, CapacitySource: src, Start: t.Start,
 		StartReservedBytes: t.StartReserved, StartAllocatedBytes: t.StartAllocated,
 		Baseline: whatIfRun(base), WhatIf: whatIfRun(run), OOMs: []WhatIfOOM{}, Notes: []string{}}
 	if t.Start == "empty" {
@@ -565,7 +571,14 @@ func whatIfDevice(t *allocator.Trace, capacity int64, src string, capNotes []str
 	f := &d.Fidelity
 	f.RecordedSegmentAllocs, f.RecordedSegmentMaps, f.RecordedOOMs = len(t.SegmentAllocs), len(t.SegmentMaps), len(t.OOMs)
 	f.ModelSegmentAllocs, f.ModelSegmentMaps = base.Stats.SegmentAllocs, base.Stats.SegmentMaps
-	f.RecordedPeakReservedBytes = t.PeakReserved
+	// Peaks are over the trace's events: a state before the first event that no event reaches
+	// again (the trace opens by releasing memory) is not the run's peak, and would make every
+	// setting's peak the same.
+	f.RecordedPeakReservedBytes = t.PeakReservedInTrace
+	if t.StartReserved > t.PeakReservedInTrace {
+		d.Notes = append(d.Notes, fmt.Sprintf("the state before the trace's first event held %s reserved, more than any point of the trace reaches (%s): the trace opens by releasing memory (an empty_cache(), or the allocator's own release), so the peaks here are over the trace's events",
+			FormatBytes(t.StartReserved), FormatBytes(t.PeakReservedInTrace)))
+	}
 	var mA, mM int
 	f.ReproducedSegmentAllocs, mA = matched(t.SegmentAllocs, base.SegmentAllocs)
 	f.ReproducedSegmentMaps, mM = matched(t.SegmentMaps, base.SegmentMaps)
@@ -875,6 +888,20 @@ func applyOOMWhatIf(o *OOMEvent, w *OOMWhatIf) {
 		return
 	}
 	o.ExpandableWhatIf = w
+	s := oomWhatIfSentence(w)
+	// The fragmentation verdict cites the replay; other verdicts only when it contradicts them
+	// (expandable segments would have served the request after all), and only a replay that
+	// reproduces the recorded OOM may contradict a verdict or change a fix (the advice rules
+	// oom.frag.* read it).
+	if o.Verdict != VerdictFragmentation && (!w.Avoided || !w.BaselineReproduced) {
+		return
+	}
+	o.Explanation += "; " + s
+	o.advise()
+}
+
+// oomWhatIfSentence words what the expandable-segments replay found for an OOM.
+func oomWhatIfSentence(w *OOMWhatIf) string {
 	var s string
 	if w.Avoided {
 		s = fmt.Sprintf("replaying the trace with expandable_segments:True, this request fits with %s to spare", FormatBytes(w.HeadroomBytes))
@@ -884,21 +911,7 @@ func applyOOMWhatIf(o *OOMEvent, w *OOMWhatIf) {
 	if !w.BaselineReproduced {
 		s += " (indicative only: the replay with the file's own settings does not reproduce this OOM)"
 	}
-	// The fragmentation verdict cites the replay; other verdicts only when it contradicts them
-	// (expandable segments would have served the request after all), and only a replay that
-	// reproduces the recorded OOM may contradict a verdict or rewrite a fix.
-	if o.Verdict != VerdictFragmentation && (!w.Avoided || !w.BaselineReproduced) {
-		return
-	}
-	o.Explanation += "; " + s
-	if o.Verdict != VerdictFragmentation || len(o.Fixes) == 0 || !w.BaselineReproduced {
-		return
-	}
-	if w.Avoided {
-		o.Fixes[0] = fmt.Sprintf("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so free memory in a pool stays contiguous: %s", s)
-	} else {
-		o.Fixes[0] = fmt.Sprintf("expandable_segments:True is not enough here: %s; lower the peak (the fixes below) or combine it with them", s)
-	}
+	return s
 }
 
 // errModel marks a panic of the allocator model turned into an error.

@@ -78,7 +78,7 @@ func TestWhatIfFixtures(t *testing.T) {
 			d := r.Devices[0]
 			wantF := WhatIfFidelity{RecordedSegmentAllocs: tc.recorded, ReproducedSegmentAllocs: tc.recorded, RecordedOOMs: 1, ReproducedOOMs: 1,
 				ModelSegmentAllocs: tc.recorded, RecordedPeakReservedBytes: tc.base.PeakReservedBytes,
-				RecordedPeakAllocatedBytes: tc.recAlloc, SizesAreRequested: tc.recReq, Exact: true, Checked: true, FirstMismatchEvent: -1}
+				RecordedPeakAllocatedBytes: tc.recAlloc, SizesAreRequested: tc.recReq, RecordedPeakAllocatedBasis: sizeBasis(tc.recReq), Exact: true, Checked: true, FirstMismatchEvent: -1}
 			if d.CapacityBytes != tc.capacity || d.CapacitySource != "oom_event" || d.Start != "empty" || d.Fidelity != wantF {
 				t.Errorf("capacity %d %s start %s fidelity %+v", d.CapacityBytes, d.CapacitySource, d.Start, d.Fidelity)
 			}

@@ -38,6 +38,9 @@ type Trace struct {
 	ReservedAtOOM []int64
 	// PeakReserved is the recorded peak of reserved bytes (segment events replayed).
 	PeakReserved int64
+	// PeakReservedInTrace is the recorded peak over the states after each event: the state
+	// before the first event counts only when there is no event (see RunResult's).
+	PeakReservedInTrace int64
 	// EmptyCacheCalls counts the segment-release bursts replayed as explicit
 	// torch.cuda.empty_cache() calls.
 	EmptyCacheCalls int
@@ -633,6 +636,10 @@ func (t *Trace) timeline(x *snapshot.TraceIndex, gc bool) {
 	res := t.StartReserved
 	t.PeakReserved = res
 	evs := t.Events
+	t.PeakReservedInTrace = res
+	if len(evs) > 0 {
+		t.PeakReservedInTrace = 0
+	}
 	explicit := t.explicit
 	for i := range evs {
 		ev := &evs[i]
@@ -683,6 +690,7 @@ func (t *Trace) timeline(x *snapshot.TraceIndex, gc bool) {
 			t.ReservedAtOOM = append(t.ReservedAtOOM, res)
 		}
 		t.PeakReserved = max(t.PeakReserved, res)
+		t.PeakReservedInTrace = max(t.PeakReservedInTrace, res)
 	}
 	t.nIDs = int(next)
 }
@@ -728,6 +736,10 @@ type RunResult struct {
 	// UnknownFrees counts frees of addresses the model holds no block for (blocks of
 	// allocations it could not serve, or blocks the start state could not place).
 	UnknownFrees int
+	// PeakReservedInTrace is the highest reserved memory the trace's events reach: Stats'
+	// PeakReserved less the state before the first event, when that state alone was the peak
+	// (a trace that opens by releasing memory: an empty_cache() starting the window).
+	PeakReservedInTrace int64
 }
 
 // Run replays the trace through a fresh allocator. It only reads the trace: replays of one
@@ -775,7 +787,11 @@ func (t *Trace) Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 		evs = evs[:opt.Events]
 	}
 	check := 0 // the event from which the context is checked next
+	startReserved, afterEvents := a.reserved, int64(0)
 	for i := 0; i < len(evs); i++ {
+		if i > 0 {
+			afterEvents = max(afterEvents, a.reserved) // the state after event i-1
+		}
 		if i >= check {
 			if err := ctx.Err(); err != nil {
 				return nil, fmt.Errorf("replay: %w", err)
@@ -845,6 +861,10 @@ func (t *Trace) Run(ctx context.Context, opt RunOptions) (*RunResult, error) {
 		}
 	}
 	res.Stats = a.Stats()
+	res.PeakReservedInTrace = res.Stats.PeakReserved
+	if len(evs) > 0 && res.Stats.PeakReserved <= startReserved {
+		res.PeakReservedInTrace = max(afterEvents, a.reserved)
+	}
 	return res, nil
 }
 

@@ -28,6 +28,9 @@ type TraceTally struct {
 	blocks                          []blockTally
 	running, before, peakRunning    int64
 	segRunning, segNet, peakSegment int64
+	// peakEvent: the event index (plus one, so the zero value means none) where the running
+	// sum of allocated bytes first reached peakRunning.
+	peakEvent int
 }
 
 // Bits of TraceTally.stackUse: what events name a stack.
@@ -86,7 +89,9 @@ func (t *TraceTally) add(e *Event, i int, id int32) {
 		}
 		*b = blockTally{size: e.Size, state: blockSet | blockInTrace | blockAllocated}
 		t.running += e.Size
-		t.peakRunning = max(t.peakRunning, t.running)
+		if t.running > t.peakRunning {
+			t.peakRunning, t.peakEvent = t.running, i+1
+		}
 	case ActionFreeRequested, ActionFreeCompleted:
 		use |= stackByFree
 		b := t.block(id)
@@ -151,6 +156,14 @@ func (t *TraceTally) block(id int32) *blockTally {
 func (t *TraceTally) Peaks() (allocated, before, segments, segmentNet int64) {
 	return t.peakRunning, t.before, t.peakSegment, t.segNet
 }
+
+// Running is the allocated running sum at the trace's end (see Peaks): with Before added back,
+// the bytes of the blocks the trace leaves allocated (not pending).
+func (t *TraceTally) Running() int64 { return t.running }
+
+// PeakEvent is the index of the event where the allocated running sum (Peaks) first reached
+// its peak, or -1 when no alloc raised it.
+func (t *TraceTally) PeakEvent() int { return t.peakEvent - 1 }
 
 // LastAlloc is the size of block id's last alloc (or of its first free, for a block alive
 // before the trace), and whether the block is still allocated (or pending) at the end.
