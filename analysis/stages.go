@@ -11,7 +11,8 @@ const maxStages = 300
 
 // Stage is one forward pass, backward pass or optimizer step of a device's trace.
 type Stage struct {
-	// Name is forward, backward or optimizer.
+	// Name is forward, backward, optimizer or unwind (after an out-of-memory error: the
+	// exception unwinding the pass and the teardown, see UnwindSpan).
 	Name string `json:"name"`
 	// Step is the 0-based step the stage belongs to (-1: before the first step start).
 	Step int `json:"step"`
