@@ -313,8 +313,22 @@ func (a *Attributor) kind(f snapshot.Frame) frameKind {
 	if isStdlibPath(p) {
 		return kindRuntime
 	}
+	// A library's source checkout (Megatron-LM is run from its git tree, transformers
+	// installed editable) is still the library's code, never the user's own.
+	for _, m := range modelLibMarkers {
+		if strings.Contains(p, m) {
+			return kindModelLib
+		}
+	}
+	if containsAny(p, checkoutLibraryMarkers...) {
+		return kindLibrary
+	}
 	return kindUser
 }
+
+// checkoutLibraryMarkers are library paths that are no model's definition, recognised outside
+// site-packages too (a source checkout).
+var checkoutLibraryMarkers = []string{"/megatron/core/", "/megatron/training/", "/megatron/legacy/"}
 
 func (a *Attributor) underRoot(p string) bool {
 	lp := strings.ToLower(p)

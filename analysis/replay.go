@@ -1041,6 +1041,9 @@ func replayDevice(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, op
 	}
 	seed, e, r, w := rw.seed, rw.e, rw.r, rw.w
 	rw.frees.finish(roles, dev, e, limit)
+	// The workload is the process's: it may read the other devices' phases, which are made
+	// here, before two goroutines read the role table.
+	roles.Workload(dev)
 	// The peak's sites and the steps read the walk and the roles only, and fill different
 	// fields of r: they run side by side (the roles' caches take locks).
 	alongside(func() { replaySteps(roles, dev, e, r, w, limit) },

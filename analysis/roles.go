@@ -26,6 +26,11 @@ type Roles struct {
 	paramsOnce sync.Once
 	ctxs       []int8 // stack id + 1 -> context + 1 (0: not yet classified)
 	attrs      *attrTable
+	// frameworks (see Frameworks) and Megatron's buffers (see megatronBufferLine), once
+	// first asked
+	frameworks []Framework
+	fwOnce     sync.Once
+	megatron   megatronBuffer
 }
 
 type devSize struct {
@@ -1009,6 +1014,15 @@ func (r *Roles) refineStack(d *deviceRoles, at Attribution, id snapshot.StackID)
 		if s != nil && d.hasTrace && majority(s.sameRun, s.allocs) {
 			at.Category = CategoryTemporary
 			at.Evidence += fmt.Sprintf("; %d of %d allocations were freed within the optimizer step: step temporaries, not state", s.sameRun, s.allocs)
+		}
+	case ctxParameter:
+		if line, gradLine, ok := r.megatronBufferLine(id); ok {
+			if line == gradLine {
+				at.Category = CategoryGradient
+				at.Evidence += "; Megatron's contiguous gradient buffer (_ParamAndGradBuffer.grad_data: every parameter's main_grad is a view of it), allocated after param_data in megatron/core/distributed/param_and_grad_buffer.py"
+			} else {
+				at.Evidence += "; Megatron's contiguous parameter buffer (_ParamAndGradBuffer.param_data, with the distributed optimizer: every parameter is a view of it)"
+			}
 		}
 	case ctxCommunication:
 		if s != nil && d.hasTrace && majority(s.outlivedBw, s.allocs) {

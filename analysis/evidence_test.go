@@ -1,0 +1,117 @@
+package analysis
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/memsnap/memsnap/analysis/sim"
+	"github.com/memsnap/memsnap/analysis/snapshot"
+)
+
+// liveByRole sums the allocated blocks of device dev by the role Roles gives them.
+func liveByRole(t *testing.T, snap *snapshot.Snapshot, dev int) map[string]int64 {
+	t.Helper()
+	r, err := NewRoles(snap, AttributionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, s := range snap.Segments {
+		if s.Device != dev {
+			continue
+		}
+		for _, b := range s.Blocks {
+			if b.State == snapshot.StateActiveAllocated {
+				out[r.Block(dev, b).Category] += b.Size
+			}
+		}
+	}
+	return out
+}
+
+func stageNames(r *ReplayResult) []string {
+	out := []string{}
+	for _, s := range r.Stages {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// TestEvidenceScenarios: each pattern's positive and negative scenario gets the workload,
+// stages, steps, grad mode and live bytes per role the scenario's ground truth states.
+func TestEvidenceScenarios(t *testing.T) {
+	type scen struct {
+		name  string
+		build func() (*snapshot.Snapshot, sim.EvidenceTruth)
+	}
+	cases := []scen{
+		{"jvp inside the forward", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.JVPInForward(true) }},
+		{"no jvp", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.JVPInForward(false) }},
+		{"lightning OOM and teardown", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.LightningOOMTeardown(true) }},
+		{"lightning without OOM", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.LightningOOMTeardown(false) }},
+		{"zeroth-order with SGD annotations", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.ZerothOrder(true) }},
+		{"forwards with a KV cache, no optimizer", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.ZerothOrder(false) }},
+		{"no_grad benchmark", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.NoGradBenchmark(false) }},
+		{"the same model trained", func() (*snapshot.Snapshot, sim.EvidenceTruth) { return sim.NoGradBenchmark(true) }},
+		{"FSDP2 step", sim.FSDP2Step},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			snap, truth := tc.build()
+			r, err := Replay(context.Background(), snap, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Workload != truth.Workload {
+				t.Errorf("workload %s (%s), want %s", r.Workload, r.WorkloadEvidence, truth.Workload)
+			}
+			if truth.Stages != nil && !slices.Equal(stageNames(r), truth.Stages) {
+				t.Errorf("stages %v, want %v", stageNames(r), truth.Stages)
+			}
+			if truth.Steps > 0 && r.Iterations != truth.Steps {
+				t.Errorf("%d steps (%s), want %d", r.Iterations, r.IterationSource, truth.Steps)
+			}
+			if r.GradMode == nil || r.GradMode.Mode != truth.GradMode {
+				t.Errorf("grad mode %+v, want %s", r.GradMode, truth.GradMode)
+			}
+			if got := liveByRole(t, snap, 0); !maps.Equal(got, truth.LiveBytes) {
+				t.Errorf("live by role %v, want %v", got, truth.LiveBytes)
+			}
+			switch {
+			case truth.OOMEvent < 0 && len(r.Unwind) != 0:
+				t.Errorf("unwind spans %+v, want none", r.Unwind)
+			case truth.OOMEvent >= 0 && (len(r.Unwind) != 1 || r.Unwind[0].OOMEvent != truth.OOMEvent || !slices.Equal(r.Unwind[0].Teardown, truth.Teardown)):
+				t.Errorf("unwind spans %+v, want one at event %d with teardown %v", r.Unwind, truth.OOMEvent, truth.Teardown)
+			}
+		})
+	}
+}
+
+// TestEvidenceMegatronBuffers: Megatron's _ParamAndGradBuffer is the model's parameters and
+// gradients, never communication, and its language_module.py (a Megatron-LM checkout) is
+// library model code: the site, never the user's.
+func TestEvidenceMegatronBuffers(t *testing.T) {
+	for _, distOpt := range []bool{true, false} {
+		snap, truth := sim.MegatronBuffers(distOpt)
+		if got := liveByRole(t, snap, 0); !maps.Equal(got, truth.LiveBytes) {
+			t.Errorf("distributed optimizer %v: live by role %v, want %v", distOpt, got, truth.LiveBytes)
+		}
+		r, err := TopStacks(snap, TopStacksOptions{Device: 0, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Sites) < 2 {
+			t.Fatalf("%d sites, want the embedding and the buffers", len(r.Sites))
+		}
+		for _, s := range r.Sites {
+			if s.UserSite != "pretrain_gpt.py:200" {
+				t.Errorf("%s: user site %q, want pretrain_gpt.py:200 (Megatron's own files are not the user's)", s.Site, s.UserSite)
+			}
+			if s.Site == "language_module.py:60" && s.Category != CategoryParameter {
+				t.Errorf("the embedding is %s, want parameter", s.Category)
+			}
+		}
+	}
+}
