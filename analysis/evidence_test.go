@@ -148,3 +148,40 @@ func TestEvidenceDeviceBalance(t *testing.T) {
 		}
 	}
 }
+
+// TestEvidenceFramelessSizes: memory without frames is read by its block sizes. The answer
+// key's state-only OOM dump (#19) is 5 × 3.2 GiB, 12 × 408 MiB … with no product (activations,
+// not an embedding); the LLaMA-7B dump (#2) has a 500 MiB block that its 64 × 4096 × 4096 × 4 B
+// projections settle as the fp32 32000 × 4096 embedding.
+func TestEvidenceFramelessSizes(t *testing.T) {
+	cases := []struct {
+		file       string
+		blocks     int
+		first      int // blocks in the largest group
+		product    string
+		productIdx int
+	}{
+		{"pt2.5plus_oom-observer_state-only_no-oom-event_equivariant.pickle", 155, 5, "", -1},
+		{"pt2.1_multistream_llama-selectn.pickle", 195, 48, "32000 × 4096 × 4 B (fp32)", 2},
+	}
+	for _, tc := range cases {
+		snap := realFile(t, tc.file)
+		r, err := TopStacks(snap, TopStacksOptions{Device: AllDevices})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := r.FramelessSizes
+		if fs == nil || fs.Blocks != tc.blocks || fs.Groups[0].Count != tc.first {
+			t.Fatalf("%s: frameless sizes %+v, want %d blocks, %d in the largest group", tc.file, fs, tc.blocks, tc.first)
+		}
+		for i, g := range fs.Groups {
+			want := ""
+			if i == tc.productIdx {
+				want = tc.product
+			}
+			if g.Product != want {
+				t.Errorf("%s: group %d (%d × %d B): product %q, want %q", tc.file, i, g.Count, g.Size, g.Product, want)
+			}
+		}
+	}
+}
