@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memsnap/memsnap/analysis/sim"
@@ -185,3 +186,113 @@ func TestEvidenceFramelessSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestEvidenceNestedGradRoles: the autograd engine's allocations for a jvp inside the forward
+// are the forward's temporaries; the same engine stacks in the loop's loss.backward() stay
+// backward temporaries.
+func TestEvidenceNestedGradRoles(t *testing.T) {
+	snap, _ := sim.JVPInForward(true)
+	r, err := NewRoles(snap, AttributionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]int{}
+	for i, ev := range snap.DeviceTraces[0] {
+		if ev.Action != snapshot.ActionAlloc {
+			continue
+		}
+		fr := snap.StackFrames(ev.Stack)
+		if len(fr) == 0 {
+			continue
+		}
+		node := ""
+		for _, f := range fr {
+			if n := cppOpName(f.Name); n != "" {
+				node = n
+				break
+			}
+		}
+		if node == "" {
+			continue
+		}
+		at := r.Live(0, ev.Stack, ev.Addr, ev.Size, i, i+1)
+		if got[node] == nil {
+			got[node] = map[string]int{}
+		}
+		got[node][at.Category]++
+	}
+	want := map[string]map[string]int{
+		"MulBackward0":   {CategoryTemporary: 6},
+		"AddmmBackward0": {CategoryBackwardTemporary: 8},
+	}
+	for node, w := range want {
+		if !maps.Equal(got[node], w) {
+			t.Errorf("%s: roles %v, want %v", node, got[node], w)
+		}
+	}
+}
+
+// cppOpName is the autograd node an engine frame runs (MulBackward0, AddmmBackward0), "" for
+// any other frame.
+func cppOpName(name string) string {
+	for _, n := range []string{"MulBackward0", "AddmmBackward0"} {
+		if strings.Contains(name, "generated::"+n+"::apply") {
+			return n
+		}
+	}
+	return ""
+}
+
+// TestEvidencePendingFreeNotWeights: a frameless block pending free (its tensor freed, the
+// allocator waiting on another stream) is no one's live memory; a frameless allocated block
+// beside it keeps the guess of weights alive since before recording.
+func TestEvidencePendingFreeNotWeights(t *testing.T) {
+	b := newTB()
+	main := b.stack("/w/train.py", 10, "main")
+	b.seg(0, 1<<30, 0, blk(64*mib, snapshot.StateActivePendingFree, snapshot.EmptyStack), blk(64*mib, snapshot.StateActiveAllocated, snapshot.EmptyStack),
+		blk(2*mib, snapshot.StateActiveAllocated, main))
+	snap := b.done()
+	snap.Caps.FramesOnBlocks = true
+	r, err := NewRoles(snap, AttributionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{}
+	for _, blk := range snap.Segments[0].Blocks {
+		got = append(got, r.Block(0, blk).Category)
+	}
+	if want := []string{CategoryOther, CategoryParameter, CategoryOther}; !slices.Equal(got, want) {
+		t.Errorf("roles %v, want %v", got, want)
+	}
+}
+
+// TestEvidenceFrameworks: each framework is named with a frame of its own source.
+func TestEvidenceFrameworks(t *testing.T) {
+	cases := []struct {
+		snap *snapshot.Snapshot
+		want []string
+	}{
+		{first(sim.LightningOOMTeardown(true)), []string{"Lightning"}},
+		{first(sim.FSDP2Step()), []string{"FSDP2"}},
+		{first(sim.MegatronBuffers(true)), []string{"Megatron"}},
+		{first(sim.NoGradBenchmark(false)), []string{}},
+	}
+	for i, tc := range cases {
+		r, err := NewRoles(tc.snap, AttributionOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []string{}
+		for _, f := range r.Frameworks() {
+			got = append(got, f.Name)
+			if f.Evidence == "" {
+				t.Errorf("case %d: %s without evidence", i, f.Name)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("case %d: frameworks %v, want %v", i, got, tc.want)
+		}
+	}
+}
+
+func first(s *snapshot.Snapshot, _ sim.EvidenceTruth) *snapshot.Snapshot { return s }

@@ -6,6 +6,7 @@ package analysis
 // story.
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -163,4 +164,21 @@ func (r *Roles) oomPass(d *deviceRoles) {
 // UnwindSpans lists what followed each out-of-memory error on device dev (empty: none).
 func (r *Roles) UnwindSpans(dev int) []UnwindSpan {
 	return r.device(dev).unwind
+}
+
+// nestedGradBlock: an allocation of the autograd engine that nestedGradPass gave back to the
+// forward is the forward's work (a JVP's or a regulariser's gradient), not a training
+// backward's temporary or gradient; the stack alone (an engine node) cannot say so, the phase
+// of this allocation does.
+func (r *Roles) nestedGradBlock(d *deviceRoles, at Attribution, allocIdx int) Attribution {
+	if d.nestedGradAllocs == 0 || (at.ctx != ctxBackward && at.ctx != ctxGradient) || allocIdx < 0 || allocIdx >= len(d.phases) || d.phases[allocIdx] != phaseForward {
+		return at
+	}
+	at.Category = CategoryTemporary
+	at.Evidence = "made by the autograd engine for " + d.nestedGradEntry + ", called inside a forward (event " + fmt.Sprint(allocIdx) + "): the forward's own derivative, not the training backward"
+	if allocIdx < len(d.fates) && d.fates[allocIdx] == fateAlive {
+		at.Category = CategoryActivation
+		at.Evidence += "; still alive after its call: kept by the forward's graph (create_graph) for the training backward"
+	}
+	return at
 }

@@ -120,6 +120,10 @@ type ReplayResult struct {
 	// GradMode is whether the trace's forward passes kept an autograd graph, read from how
 	// their allocations ended (never from frames); nil without a trace.
 	GradMode *GradMode `json:"grad_mode,omitempty"`
+	// Frameworks are the frameworks the file's frames show (Lightning, HF Trainer,
+	// Accelerate, FSDP1/FSDP2, DDP, DataParallel, DeepSpeed, Megatron, vLLM, SGLang, PyG,
+	// torch.compile), each with the first frame that proves it.
+	Frameworks []Framework `json:"frameworks,omitempty"`
 	// Unwind lists what followed each out-of-memory error: the exception unwinding the pass
 	// and the framework's teardown (stages named "unwind"); roles and steps never read them.
 	Unwind []UnwindSpan `json:"unwind,omitempty"`
@@ -1382,6 +1386,7 @@ func explainPeak(ctx context.Context, seed *engineSeed, end *engine, roles *Role
 	g := roles.GradMode(dev)
 	r.GradMode = &g
 	r.Unwind = roles.UnwindSpans(dev)
+	r.Frameworks = roles.Frameworks()
 	r.PeakPhase = roles.phaseName(dev, r.PeakAllocatedEvent)
 	if r.PeakPhase == "optimizer" {
 		r.PeakOutsideOptimizerBytes = roles.peakOutside(dev, phaseOptimizer, after)
@@ -1648,6 +1653,13 @@ func (r *ReplayResult) Text() string {
 	}
 	if r.Workload != "" {
 		fmt.Fprintf(&b, "  workload: %s (%s)\n", r.Workload, r.WorkloadEvidence)
+	}
+	if len(r.Frameworks) > 0 {
+		parts := make([]string, len(r.Frameworks))
+		for i, f := range r.Frameworks {
+			parts[i] = f.Name + " (" + f.Evidence + ")"
+		}
+		fmt.Fprintf(&b, "  frameworks: %s\n", strings.Join(parts, "; "))
 	}
 	if g := r.GradMode; g != nil && g.Mode != GradUnknown {
 		fmt.Fprintf(&b, "  grad mode: %s (%s)\n", g.Mode, g.Evidence)

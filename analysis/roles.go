@@ -222,6 +222,12 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 		at.Category, at.Evidence = CategoryOther, "free cached memory whose last use recorded no stack"
 		return at, idx
 	}
+	if at.ctx == ctxNone && b.State == snapshot.StateActivePendingFree {
+		// Its tensor was freed; the allocator waits for the streams it was used on
+		// (record_stream) before reusing it: no one's live memory, never the model's weights.
+		at.Category, at.Evidence = CategoryOther, "freed by its tensor and waiting for work on another stream (record_stream) to finish before reuse: pending free, not live memory"
+		return at, idx
+	}
 	if at.ctx == ctxNone {
 		return r.frameless(dev, d, at, b.Address, b.Size, idx, true), idx
 	}
@@ -229,6 +235,7 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 		return ws, idx
 	}
 	at = r.refine(d, at, b.Stack)
+	at = r.nestedGradBlock(d, at, idx)
 	if b.State == snapshot.StateActiveAllocated {
 		if held, ok := r.heldByCaller(d, at, b.Stack, idx, len(d.evs)); ok {
 			return held, idx
@@ -282,6 +289,7 @@ func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, a
 // code's allocations split between the backward pass and temporaries (a loss computed outside a
 // module saves some of its tensors and frees others).
 func (r *Roles) refineBlock(d *deviceRoles, at Attribution, allocIdx int) Attribution {
+	at = r.nestedGradBlock(d, at, allocIdx)
 	if at.ctx != ctxUser || at.Category != CategoryOther || allocIdx < 0 || allocIdx >= len(d.fates) || d.allocs[phaseBackward] == 0 {
 		return at
 	}

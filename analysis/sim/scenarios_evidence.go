@@ -34,7 +34,6 @@ var (
 	autogradGraphPy      = TorchDir + "/autograd/graph.py"
 	tensorPy             = TorchDir + "/_tensor.py"
 	sgdPy                = TorchDir + "/optim/sgd.py"
-	cudaMemoryPy         = TorchDir + "/cuda/memory.py"
 	fsdp2Dir             = TorchDir + "/distributed/fsdp/_fully_shard"
 	dtensorDispatchPy    = TorchDir + "/distributed/tensor/_dispatch.py"
 	dtensorAPIPy         = TorchDir + "/distributed/tensor/_api.py"
@@ -42,7 +41,6 @@ var (
 	megatronDDPPy        = "/workspace/Megatron-LM/megatron/core/distributed/distributed_data_parallel.py"
 	megatronLangPy       = "/workspace/Megatron-LM/megatron/core/models/common/language_module/language_module.py"
 	megatronGPTPy        = "/workspace/Megatron-LM/megatron/core/models/gpt/gpt_model.py"
-	litCudaPy            = fabricDir + "/accelerators/cuda.py"
 )
 
 // EvidenceTruth is the ground truth of an evidence scenario.
