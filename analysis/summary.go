@@ -172,6 +172,9 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 			if b.Outlier >= 0 {
 				s.Notes = append(s.Notes, b.Evidence+" (these are the devices one process saw, not DDP ranks; torch.nn.DataParallel gathers every replica's outputs on device 0)")
 			}
+		} else {
+			// One device holds it all (the others listed, empty).
+			s.Notes = append(s.Notes, deviceImbalance(s.Devices)...)
 		}
 	}
 	return s, nil
@@ -190,6 +193,29 @@ func emptySnapshot(snap *snapshot.Snapshot) string {
 	}
 	return "note: nothing to diagnose: no memory was reserved on any device and no allocation was recorded;" + lists +
 		" the snapshot was taken before the first CUDA allocation, after everything was freed and released, or by a process that did not use these GPUs, so it says nothing about leaks, peaks or health"
+}
+
+// deviceImbalance calls out one device holding far more than the others of one process (a
+// model placed on one GPU, or work that was meant to be spread).
+func deviceImbalance(devs []DeviceSummary) []string {
+	if len(devs) < 2 {
+		return nil
+	}
+	var top, second int64
+	topDev := -1
+	for _, d := range devs {
+		switch {
+		case d.ReservedBytes > top:
+			second, top, topDev = top, d.ReservedBytes, d.Device
+		case d.ReservedBytes > second:
+			second = d.ReservedBytes
+		}
+	}
+	if top < 256*mib || top < 4*second {
+		return nil
+	}
+	return []string{fmt.Sprintf("device %d holds %s reserved, far more than any other device in this file (next: %s): the work sits on one GPU (these are the devices one process saw, not DDP ranks)",
+		topDev, FormatBytes(top), FormatBytes(second))}
 }
 
 func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) DeviceSummary {

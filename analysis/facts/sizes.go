@@ -55,7 +55,8 @@ type factorisation struct {
 }
 
 // factorisations reads size as vocab × hidden × width for a known vocabulary size, a hidden
-// size that is a multiple of 128 between 256 and 16384 (every released model's), and a float
+// size that is a multiple of 128 between 512 and 16384 (every released model's with such a
+// vocabulary), and a float
 // width.
 func factorisations(size int64) []factorisation {
 	var found []factorisation
@@ -69,7 +70,7 @@ func factorisations(size int64) []factorisation {
 				continue
 			}
 			h := rest / w.bytes
-			if h%128 == 0 && h >= 256 && h <= 16384 {
+			if h%128 == 0 && h >= 512 && h <= 16384 {
 				found = append(found, factorisation{v, h, w.bytes, w.name})
 			}
 		}
