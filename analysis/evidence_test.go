@@ -296,3 +296,22 @@ func TestEvidenceFrameworks(t *testing.T) {
 }
 
 func first(s *snapshot.Snapshot, _ sim.EvidenceTruth) *snapshot.Snapshot { return s }
+
+// TestEvidenceFacts: the facts of one device, as advice reads them.
+func TestEvidenceFacts(t *testing.T) {
+	snap, _ := sim.JVPInForward(true)
+	r, err := NewRoles(snap, AttributionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.Facts(0)
+	if f.Workload != WorkloadTraining || f.OptimizerSteps != 2 || !f.HasBackward || f.GradMode.Mode != GradOn ||
+		f.Steps != 2 || f.NestedGradAllocs != 6 || !strings.Contains(f.NestedGrad, "functional.py:1034 in jvp") || len(f.Unwind) != 0 {
+		t.Errorf("facts %+v", f)
+	}
+	snap, _ = sim.ZerothOrder(true)
+	r, _ = NewRoles(snap, AttributionOptions{})
+	if f := r.Facts(0); f.Workload != WorkloadTraining || f.HasBackward || f.GradMode.Mode != GradOff || f.OptimizerSteps != 3 {
+		t.Errorf("zeroth-order facts %+v", f)
+	}
+}

@@ -41,13 +41,16 @@ func (r *Roles) nestedGradPass(d *deviceRoles) {
 		if ev.Action == snapshot.ActionAlloc {
 			d.allocs[phaseBackward]--
 			d.allocs[phaseForward]++
+			if moved == 0 {
+				d.nestedGradEntry = entry
+			}
 			moved++
 		}
 	}
 	if moved == 0 {
 		return
 	}
-	d.nestedGradAllocs, d.nestedGradEntry = moved, entry
+	d.nestedGradAllocs = moved
 	if d.allocs[phaseBackward] == 0 {
 		d.firstFrame[phaseBackward] = ""
 		return
