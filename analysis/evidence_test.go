@@ -315,3 +315,25 @@ func TestEvidenceFacts(t *testing.T) {
 		t.Errorf("zeroth-order facts %+v", f)
 	}
 }
+
+// TestEvidenceSetupIsNotStepZero: with steps from Optimizer.step# annotations, the first step
+// starts at its first forward allocation; the model's setup before it is no step.
+func TestEvidenceSetupIsNotStepZero(t *testing.T) {
+	snap, _ := sim.ZerothOrder(true)
+	r, err := Replay(context.Background(), snap, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstForward := -1
+	roles, _ := NewRoles(snap, AttributionOptions{})
+	d := roles.device(0)
+	for i, p := range d.phases {
+		if p == phaseForward {
+			firstForward = i
+			break
+		}
+	}
+	if r.IterationSource != IterationsFromAnnotations || r.Iterations != 3 || firstForward <= 0 || r.IterationStartEvents[0] != firstForward {
+		t.Errorf("%d steps from %s starting at %v, want 3 from annotations, the first at the first forward (event %d)", r.Iterations, r.IterationSource, r.IterationStartEvents, firstForward)
+	}
+}

@@ -792,6 +792,16 @@ func (r *Roles) findSteps(dev int, d *deviceRoles, evs []snapshot.Event) StepInf
 		// Without frames (or without a backward pass the frames show), optimizer-step
 		// annotations still mark where steps end.
 		if starts := optimizerStepStarts(r.snap, dev, evs); len(starts) > 1 {
+			// The span before the first step's first forward allocation is setup (the model
+			// built, moved and loaded), not step 0.
+			if d.hasTrace && len(d.phases) == len(evs) {
+				for i := 0; i < starts[1]; i++ {
+					if d.phases[i] == phaseForward {
+						starts[0] = i
+						break
+					}
+				}
+			}
 			return StepInfo{Source: IterationsFromAnnotations, Starts: starts}
 		}
 	}
