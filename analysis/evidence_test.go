@@ -337,3 +337,20 @@ func TestEvidenceSetupIsNotStepZero(t *testing.T) {
 		t.Errorf("%d steps from %s starting at %v, want 3 from annotations, the first at the first forward (event %d)", r.Iterations, r.IterationSource, r.IterationStartEvents, firstForward)
 	}
 }
+
+// TestEvidenceGapBetweenRuns: a notebook cell run twice (answer key #18: a snapshot action,
+// then 36 s idle) is two forward stages, the second a new run; no stage spans both.
+func TestEvidenceGapBetweenRuns(t *testing.T) {
+	snap := realFile(t, "pt2.5-2.7_snapshot-action_late-recording_octree-nca.pickle")
+	r, err := Replay(context.Background(), snap, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Stages) != 2 {
+		t.Fatalf("stages %+v, want 2", r.Stages)
+	}
+	a, b := r.Stages[0], r.Stages[1]
+	if a.Name != "forward" || a.EndEvent != 442 || a.AfterGap || b.Name != "forward" || b.StartEvent != 443 || !b.AfterGap || b.GapUS != 35909331 {
+		t.Errorf("stages %+v, want forward to 442, then forward from 443 after a 35909331 µs gap", r.Stages)
+	}
+}
