@@ -350,7 +350,7 @@ func TestEvidenceGapBetweenRuns(t *testing.T) {
 		t.Fatalf("stages %+v, want 2", r.Stages)
 	}
 	a, b := r.Stages[0], r.Stages[1]
-	if a.Name != "forward" || a.EndEvent != 442 || a.AfterGap || b.Name != "forward" || b.StartEvent != 443 || !b.AfterGap || b.GapUS != 35909331 {
+	if a.Name != "forward" || a.EndEvent != 442 || a.AfterGap || a.GapUS != 0 || b.Name != "forward" || b.StartEvent != 443 || !b.AfterGap || b.GapUS != 35909331 {
 		t.Errorf("stages %+v, want forward to 442, then forward from 443 after a 35909331 µs gap", r.Stages)
 	}
 }

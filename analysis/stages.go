@@ -78,7 +78,9 @@ func (r *Roles) stages(dev int, before, after []int64) ([]Stage, int) {
 			if len(out) < maxStages {
 				st := Stage{Name: phaseNames[p], Step: stepOf(starts, i), Source: "phases", StartEvent: i, EndEvent: j,
 					StartAllocatedBytes: before[i], PeakAllocatedBytes: after[i], PeakEvent: i, EndAllocatedBytes: after[j]}
-				st.AfterGap, st.GapUS = runGap(d.evs, i)
+				if gap, us := runGap(d.evs, i); gap {
+					st.AfterGap, st.GapUS = true, us
+				}
 				for k := i; k <= j; k++ {
 					if after[k] > st.PeakAllocatedBytes {
 						st.PeakAllocatedBytes, st.PeakEvent = after[k], k
