@@ -28,9 +28,9 @@ type Stage struct {
 	PeakAllocatedBytes  int64  `json:"peak_allocated_bytes"`
 	PeakEvent           int    `json:"peak_event"`
 	EndAllocatedBytes   int64  `json:"end_allocated_bytes"`
-	// AfterGap: the stage begins a new run after a gap between runs (a snapshot the program
-	// took of itself, or GapUS of idle time on the trace clock: a notebook cell run again, a
-	// script started over), so it is not the previous stage continued.
+	// AfterGap: the stage follows a gap (a snapshot the program took of itself, or GapUS of
+	// idle time on the trace clock: a notebook cell run again, a script started over, a
+	// torch.compile compiling), so it is not the previous stage continued.
 	AfterGap bool  `json:"after_gap,omitempty"`
 	GapUS    int64 `json:"gap_us,omitempty"`
 }
@@ -118,9 +118,11 @@ func stagesText(stages []Stage, total int) string {
 		for _, s := range stages {
 			gap := ""
 			if s.AfterGap {
-				gap = " (a new run"
-				if s.GapUS > 0 {
-					gap += fmt.Sprintf(", after %.1f s idle", float64(s.GapUS)/1e6)
+				gap = " (after a gap"
+				if s.GapUS >= gapBetweenRunsUS {
+					gap += fmt.Sprintf(": %.1f s idle", float64(s.GapUS)/1e6)
+				} else {
+					gap += ": a snapshot action"
 				}
 				gap += ")"
 			}

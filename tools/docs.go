@@ -285,7 +285,7 @@ var fieldDocs = map[string]string{
 	"ReplayResult.Frameworks":        "Frameworks the file's frames show, each with the first frame that proves it",
 	"Framework.Name":                 "Lightning, Lightning Fabric, HF Trainer, Accelerate, FSDP1, FSDP2, DDP, DataParallel, DeepSpeed, Megatron, vLLM, SGLang, PyG or torch.compile",
 	"Framework.Evidence":             "The first frame of that framework's own source",
-	"Stage.AfterGap":                 "The stage begins a new run after a gap between runs (a snapshot action, or 10 s or more idle): not the previous stage continued",
+	"Stage.AfterGap":                 "The stage follows a gap (a snapshot action, or 10 s or more idle: a cell run again, a compile): not the previous stage continued",
 	"Stage.GapUS":                    "Idle time on the trace clock before the stage (0: unknown or none)",
 	"ReplayResult.GradMode":          "Whether the trace's forward passes kept an autograd graph, read from how their allocations ended (never from frames)",
 	"GradMode.Mode":                  "on (a backward pass freed forward allocations), off (the forward freed what it allocated: no graph kept) or unknown",
