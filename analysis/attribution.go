@@ -146,6 +146,12 @@ type Attribution struct {
 	gradFnFrame string // the frame that says so
 	hint        string // a frame that says the workload is inference (generate, serving engines)
 	retained    bool   // a forward block alive after its backward pass, as its pass's whole graph (heldByCaller)
+	// nestedGrad is the autograd call (torch.autograd.grad, torch.autograd.functional.jvp …)
+	// a forward frame calls on this stack: its work belongs to the forward, not to a
+	// training backward. Empty when the stack has none.
+	nestedGrad string
+	// pyFrames: the stack has a Python frame (the autograd engine's device threads have none).
+	pyFrames bool
 	// callPath names the stack's path through the user's own code (its user frames; the model
 	// frames when it has none): stacks that differ only inside libraries, torch or generated
 	// code (a layer's attn1 and attn2, inductor's kernel lines) share it. Empty without either.
@@ -307,8 +313,22 @@ func (a *Attributor) kind(f snapshot.Frame) frameKind {
 	if isStdlibPath(p) {
 		return kindRuntime
 	}
+	// A library's source checkout (Megatron-LM is run from its git tree, transformers
+	// installed editable) is still the library's code, never the user's own.
+	for _, m := range modelLibMarkers {
+		if strings.Contains(p, m) {
+			return kindModelLib
+		}
+	}
+	if containsAny(p, checkoutLibraryMarkers...) {
+		return kindLibrary
+	}
 	return kindUser
 }
+
+// checkoutLibraryMarkers are library paths that are no model's definition, recognised outside
+// site-packages too (a source checkout).
+var checkoutLibraryMarkers = []string{"/megatron/core/", "/megatron/training/", "/megatron/legacy/"}
 
 func (a *Attributor) underRoot(p string) bool {
 	lp := strings.ToLower(p)

@@ -60,19 +60,16 @@ var innerMarkers = []marker{
 		return cpp && strings.Contains(n, "autocast") && strings.Contains(n, "cached_cast")
 	}},
 	{ctxCommunication, "collective communication", func(p, n, ln string, cpp bool) bool {
-		if cpp {
-			return strings.Contains(ln, "nccl") || strings.Contains(n, "c10d::") || strings.Contains(n, "ProcessGroup")
-		}
-		if strings.Contains(p, "/deepspeed/runtime/zero/") {
-			// ZeRO's gradient buckets (IPG buffers) exist to be reduced
-			return containsAny(ln, "ipg", "reduce", "bucket", "allreduce") || n == "backward"
-		}
-		return containsAny(p, "torch/distributed/", "/deepspeed/comm/", "/megatron/core/tensor_parallel/mappings.py",
-			"/megatron/core/distributed/")
+		return collectiveFrame(p, n, ln, cpp)
 	}},
 	{ctxGradient, "gradient accumulation into a leaf's .grad", func(p, n, ln string, cpp bool) bool {
 		if strings.Contains(p, "/deepspeed/runtime/zero/") {
 			return strings.Contains(ln, "grad") // ZeRO's gradient partitions
+		}
+		if strings.Contains(p, "torch/distributed/fsdp/_runtime_utils.py") {
+			// FSDP1's post-backward hook: the reduce-scatter's output is the new sharded
+			// gradient (_reduce_grad, _post_backward_hook)
+			return containsAny(n, "_reduce_grad", "_post_backward")
 		}
 		return strings.Contains(n, "AccumulateGrad")
 	}},
@@ -113,6 +110,9 @@ var innerMarkers = []marker{
 		if cpp {
 			return false
 		}
+		if shardedParamFrame(p, n) {
+			return true
+		}
 		if strings.Contains(p, "torch/nn/modules/module.py") {
 			switch n {
 			case "_apply", "to", "cuda", "convert", "load_state_dict", "_load_from_state_dict", "half", "float",
@@ -139,6 +139,58 @@ var innerMarkers = []marker{
 			containsAny(p, "torch/nn/functional.py", "torch/functional.py", "/bitsandbytes/", "/peft/", "/flash_attn/",
 				"/xformers/", "torch/utils/checkpoint.py")
 	}},
+}
+
+// collectiveFrame: a frame whose allocation is a collective's own buffer, the only memory that
+// is communication: NCCL and c10d's collectives (torch/distributed/distributed_c10d.py,
+// functional collectives, ProcessGroup*::allgather/allreduce/reduce_scatter…, DDP's Reducer
+// buckets), FSDP2's all-gather and reduce-scatter staging (torch/distributed/fsdp/
+// _fully_shard/_fsdp_collectives.py foreach_all_gather, foreach_reduce), DTensor's
+// redistribution, DeepSpeed's comm and ZeRO's reduce buckets (IPG buffers), Megatron's tensor-
+// parallel mappings. Any other torch.distributed frame is a wrapper that runs the user's or the
+// model's code (FSDP's forward hooks, DTensor's op dispatch, checkpoint_wrapper) and decides
+// nothing: the search goes on to the next frame.
+func collectiveFrame(p, n, ln string, cpp bool) bool {
+	if cpp {
+		if strings.Contains(ln, "nccl") || strings.Contains(n, "c10d::Reducer") {
+			return true
+		}
+		return (strings.Contains(n, "c10d::") || strings.Contains(n, "ProcessGroup")) &&
+			containsAny(ln, "allgather", "all_gather", "allreduce", "all_reduce", "reduce_scatter", "reducescatter",
+				"broadcast", "alltoall", "all_to_all", "::send", "::recv", "::gather", "::scatter", "_coalesced")
+	}
+	switch {
+	case strings.Contains(p, "/deepspeed/runtime/zero/"):
+		// ZeRO's gradient buckets (IPG buffers) exist to be reduced
+		return containsAny(ln, "ipg", "reduce", "bucket", "allreduce") || n == "backward"
+	case containsAny(p, "torch/distributed/distributed_c10d.py", "torch/distributed/_functional_collectives",
+		"torch/distributed/nn/functional.py", "torch/distributed/tensor/_redistribute.py",
+		"torch/distributed/tensor/_collective_utils.py", "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
+		"/deepspeed/comm/", "/megatron/core/tensor_parallel/mappings.py"):
+		return true
+	}
+	return false
+}
+
+// shardedParamFrame: a frame that makes a sharded model's parameters, where the memory is
+// the parameter however it got there: FSDP2's unsharded parameters are the all-gather's
+// outputs, resized in place (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+// init_all_gather_outputs, alloc_all_gather_outputs, init_unsharded_param, to_unsharded),
+// FSDP1's flat parameter and its padded unsharded copy (torch/distributed/fsdp/_flat_param.py
+// flatten_tensors_into_flat_param, _alloc_padded_unsharded_flat_param, unshard), and
+// Megatron's contiguous parameter and gradient buffers (megatron/core/distributed/
+// param_and_grad_buffer.py _ParamAndGradBuffer.__init__ allocates param_data, only with the
+// distributed optimizer, then grad_data: torch.zeros(self.numel, …); Roles tells them apart).
+func shardedParamFrame(p, n string) bool {
+	switch {
+	case strings.Contains(p, "torch/distributed/fsdp/_fully_shard/_fsdp_param.py"):
+		return containsAny(n, "all_gather_output", "unsharded_param", "to_unsharded", "_init_sharded_param")
+	case strings.Contains(p, "torch/distributed/fsdp/_flat_param.py"):
+		return containsAny(n, "flat_param", "unshard", "__init__", "_init_flat")
+	case strings.Contains(p, "/megatron/core/distributed/param_and_grad_buffer.py"):
+		return n == "__init__" || strings.Contains(n, "allocate")
+	}
+	return false
 }
 
 // The forward marker is weaker than the others (see classify); innerMarkers ends with it.
@@ -197,6 +249,45 @@ func inferenceHint(p, ln string) bool {
 		ln == "eval"
 }
 
+// nestedGradEntry: a frame of an autograd call that computes derivatives for the caller
+// rather than running the training loop's backward: torch.autograd.grad (torch/autograd/
+// __init__.py grad), the torch.autograd.functional API (jvp, vjp, jacobian, hessian, hvp,
+// vhp: functional.py jvp is the double-backward trick, zeros_like(out, requires_grad=True)
+// grad_outputs and two _autograd_grad calls) and torch.func's transforms
+// (torch/_functorch/eager_transforms.py vjp, jvp, grad). A training backward is entered by
+// loss.backward() (torch/_tensor.py backward → torch/autograd/__init__.py backward), which
+// Lightning's precision plugin, Accelerate's Accelerator.backward and
+// GradScaler.scale(loss).backward() all call: those are not entries.
+func nestedGradEntry(p, n string) bool {
+	switch {
+	case strings.HasSuffix(p, "torch/autograd/functional.py"):
+		return !strings.HasPrefix(n, "_")
+	case strings.HasSuffix(p, "torch/autograd/__init__.py"):
+		return n == "grad"
+	case strings.HasSuffix(p, "torch/_functorch/eager_transforms.py"):
+		return n == "vjp" || n == "jvp" || n == "grad" || n == "grad_and_value" || n == "jacrev" || n == "jacfwd"
+	}
+	return false
+}
+
+// nestedGrad is the frame of the autograd call a forward frame makes on this stack (see
+// nestedGradEntry): an entry with a forward frame (a module's or model's forward, or a module
+// call) further out. Empty when there is none.
+func nestedGrad(frames []*frameInfo) string {
+	for i, f := range frames {
+		if !f.bits.has(fbNestedGradEntry) {
+			continue
+		}
+		for _, g := range frames[i+1:] {
+			if g.bits.has(fbForwardCall) {
+				return f.str
+			}
+		}
+		return ""
+	}
+	return ""
+}
+
 // frameText is what the markers read of one frame (see frameInfo).
 type frameText struct {
 	p, n, ln string // normalised path, name, lower-case name
@@ -231,6 +322,13 @@ func classify(at *Attribution, frames []*frameInfo, modelIdx int, noStack bool, 
 			at.hint = f.str
 		}
 	}
+	for _, f := range frames {
+		if (f.kind != kindCpp && f.kind != kindRuntime) || strings.HasSuffix(f.t.p, ".py") {
+			at.pyFrames = true
+			break
+		}
+	}
+	at.nestedGrad = nestedGrad(frames)
 	decide := func(c stackContext, f *frameInfo, what string) {
 		at.ctx, at.frame = c, f.str
 		setDefaultRole(at, what)
@@ -253,6 +351,12 @@ func classify(at *Attribution, frames []*frameInfo, modelIdx int, noStack bool, 
 		}
 		if f.strong >= 0 {
 			m := strongMarkers[f.strong]
+			if m.ctx == ctxBackward && at.nestedGrad != "" {
+				// Derivatives a forward computes for itself (a regulariser's autograd.grad, a
+				// JVP) are forward work: the training backward is the loop's.
+				decide(ctxForward, f, "a forward computation: "+at.nestedGrad+" called inside a forward")
+				return
+			}
 			decide(m.ctx, f, m.what)
 			return
 		}

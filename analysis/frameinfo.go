@@ -42,6 +42,8 @@ const (
 	fbOptimizerCaller                       // the optimizer marker, read as a Python frame
 	fbParameterCaller                       // the parameter marker, read as a Python frame
 	fbUnderRoot                             // a user frame under one of the user's roots
+	fbNestedGradEntry                       // an autograd call that is not a training backward (nestedGradEntry)
+	fbForwardCall                           // a forward frame: a module's forward or the module call around one
 )
 
 func (b frameBits) has(f frameBits) bool { return b&f != 0 }
@@ -85,6 +87,8 @@ func (a *Attributor) newFrameInfo(f snapshot.Frame) frameInfo {
 	set(fbOptimizerCaller, markerOf(ctxOptimizer).test(t.p, t.n, t.ln, false))
 	set(fbParameterCaller, markerOf(ctxParameter).test(t.p, t.n, t.ln, false))
 	set(fbUnderRoot, k == kindUser && len(a.roots) > 0 && a.underRoot(t.p))
+	set(fbNestedGradEntry, !cpp && nestedGradEntry(t.p, t.n))
+	set(fbForwardCall, !cpp && (t.n == "forward" || (strings.Contains(t.p, "torch/nn/modules/module.py") && (t.n == "_call_impl" || t.n == "_wrapped_call_impl"))))
 	return fi
 }
 

@@ -50,7 +50,9 @@ func (d *deviceRoles) backwardRuns() []bwRun {
 			for len(ooms) > 0 && ooms[0] < run.start {
 				ooms = ooms[1:]
 			}
-			run.finished = len(ooms) == 0 || ooms[0] > run.end
+			// An OOM inside the pass, or right after its last event (the unwinding that
+			// follows the error is a run of its own), unwound it.
+			run.finished = (len(ooms) == 0 || ooms[0] > run.end) && (k+1 >= len(d.runPhases) || d.runPhases[k+1] != phaseUnwind)
 			d.bwRuns = append(d.bwRuns, run)
 		}
 	})

@@ -139,11 +139,13 @@ func TestPhaseRunsAndBackwardPasses(t *testing.T) {
 	}{
 		{"two passes, the second unwound by an OOM",
 			[]snapshot.Event{alloc(fwd), free, alloc(back), free, alloc(fwd), alloc(back), oom, free, alloc(fwd)},
-			[]int{0, 0, 2, 4, 5, 8}, []phase{phaseNone, phaseForward, phaseBackward, phaseForward, phaseBackward, phaseForward},
-			[]bwRun{{start: 2, end: 3, finished: true}, {start: 5, end: 7, finished: false}}},
+			// The OOM and the free after it are the unwinding (a run of their own) until the
+			// next forward allocates.
+			[]int{0, 0, 2, 4, 5, 6, 8}, []phase{phaseNone, phaseForward, phaseBackward, phaseForward, phaseBackward, phaseUnwind, phaseForward},
+			[]bwRun{{start: 2, end: 3, finished: true}, {start: 5, end: 5, finished: false}}},
 		{"the trace ends in backward; an OOM before it",
 			[]snapshot.Event{free, oom, alloc(fwd), alloc(back), free},
-			[]int{0, 2, 3}, []phase{phaseNone, phaseForward, phaseBackward},
+			[]int{0, 1, 2, 3}, []phase{phaseNone, phaseUnwind, phaseForward, phaseBackward},
 			[]bwRun{{start: 3, end: 4, finished: true}}},
 		{"no backward",
 			[]snapshot.Event{alloc(fwd), free, alloc(fwd)},

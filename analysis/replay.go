@@ -119,6 +119,16 @@ type ReplayResult struct {
 	// Workload: training, inference or unknown (see summarize), with the evidence.
 	Workload         string `json:"workload"`
 	WorkloadEvidence string `json:"workload_evidence"`
+	// GradMode is whether the trace's forward passes kept an autograd graph, read from how
+	// their allocations ended (never from frames); nil without a trace.
+	GradMode *GradMode `json:"grad_mode,omitempty"`
+	// Frameworks are the frameworks the file's frames show (Lightning, HF Trainer,
+	// Accelerate, FSDP1/FSDP2, DDP, DataParallel, DeepSpeed, Megatron, vLLM, SGLang, PyG,
+	// torch.compile), each with the first frame that proves it.
+	Frameworks []Framework `json:"frameworks,omitempty"`
+	// Unwind lists what followed each out-of-memory error: the exception unwinding the pass
+	// and the framework's teardown (stages named "unwind"); roles and steps never read them.
+	Unwind []UnwindSpan `json:"unwind,omitempty"`
 	// CheckpointingAdvice is set only when the trace shows a backward pass and activations are
 	// material at the peak: what activation checkpointing could save there.
 	CheckpointingAdvice string `json:"checkpointing_advice,omitempty"`
@@ -1042,6 +1052,9 @@ func replayDevice(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, op
 	}
 	seed, e, r, w := rw.seed, rw.e, rw.r, rw.w
 	rw.frees.finish(roles, dev, e, limit)
+	// The workload is the process's: it may read the other devices' phases, which are made
+	// here, before two goroutines read the role table.
+	roles.Workload(dev)
 	// The peak's sites and the steps read the walk and the roles only, and fill different
 	// fields of r: they run side by side (the roles' caches take locks).
 	alongside(func() { replaySteps(roles, dev, e, r, w, limit) },
@@ -1378,6 +1391,10 @@ func explainPeak(ctx context.Context, seed *engineSeed, end *engine, roles *Role
 		r.PeakSites, r.ActivationBytesAtPeak = []SiteBytes{}, 0 // a state-only file has no peak to explain
 		return nil
 	}
+	g := roles.GradMode(dev)
+	r.GradMode = &g
+	r.Unwind = roles.UnwindSpans(dev)
+	r.Frameworks = roles.Frameworks()
 	r.PeakPhase = roles.phaseName(dev, r.PeakAllocatedEvent)
 	if r.PeakPhase == "optimizer" {
 		r.PeakOutsideOptimizerBytes = roles.peakOutside(dev, phaseOptimizer, after)
@@ -1624,6 +1641,26 @@ func (r *ReplayResult) Text() string {
 	}
 	if r.Workload != "" {
 		fmt.Fprintf(&b, "  workload: %s (%s)\n", r.Workload, r.WorkloadEvidence)
+	}
+	if len(r.Frameworks) > 0 {
+		parts := make([]string, len(r.Frameworks))
+		for i, f := range r.Frameworks {
+			parts[i] = f.Name + " (" + f.Evidence + ")"
+		}
+		fmt.Fprintf(&b, "  frameworks: %s\n", strings.Join(parts, "; "))
+	}
+	if g := r.GradMode; g != nil && g.Mode != GradUnknown {
+		fmt.Fprintf(&b, "  grad mode: %s (%s)\n", g.Mode, g.Evidence)
+	}
+	for _, u := range r.Unwind {
+		fmt.Fprintf(&b, "  after the OOM at event %d: events %d–%d unwind the pass (%s, %s freed)", u.OOMEvent, u.StartEvent, u.EndEvent, count(u.FreedBlocks, "block"), FormatBytes(u.FreedBytes))
+		if len(u.Teardown) > 0 {
+			fmt.Fprintf(&b, "; teardown: %s", strings.Join(u.Teardown, ", "))
+		}
+		if u.Resumed {
+			b.WriteString("; the program caught the error and a new pass began")
+		}
+		b.WriteString(": not used for roles or steps\n")
 	}
 	if r.ForwardOnlyAdvice != "" {
 		fmt.Fprintf(&b, "  %s\n", r.ForwardOnlyAdvice)

@@ -26,6 +26,11 @@ type Roles struct {
 	paramsOnce sync.Once
 	ctxs       []int8 // stack id + 1 -> context + 1 (0: not yet classified)
 	attrs      *attrTable
+	// frameworks (see Frameworks) and Megatron's buffers (see megatronBufferLine), once
+	// first asked
+	frameworks []Framework
+	fwOnce     sync.Once
+	megatron   megatronBuffer
 }
 
 type devSize struct {
@@ -41,9 +46,13 @@ const (
 	phaseForward
 	phaseBackward
 	phaseOptimizer
+	// phaseUnwind: after an out-of-memory error, until a new pass allocates: the exception
+	// unwinding the pass and the framework's teardown (see oomPass).
+	phaseUnwind
+	numPhases
 )
 
-var phaseNames = [...]string{"", "forward", "backward", "optimizer"}
+var phaseNames = [numPhases]string{"", "forward", "backward", "optimizer", "unwind"}
 
 // lifeStats counts how a stack's allocations ended, relative to the phase run that made them.
 type lifeStats struct {
@@ -60,10 +69,10 @@ type deviceRoles struct {
 	dev           int
 	evs           []snapshot.Event
 	hasTrace      bool
-	phases        []phase   // per event: the phase the device was in
-	allocs        [4]int    // alloc events per phase
-	allocsByStack []int     // alloc events per stack id + 1 (NoStack is -1)
-	firstFrame    [4]string // the frame that first put the device in each phase
+	phases        []phase           // per event: the phase the device was in
+	allocs        [numPhases]int    // alloc events per phase
+	allocsByStack []int             // alloc events per stack id + 1 (NoStack is -1)
+	firstFrame    [numPhases]string // the frame that first put the device in each phase
 	// index is the trace's address index (its tally lists the oom events), nil without a
 	// trace.
 	index *snapshot.TraceIndex
@@ -98,6 +107,12 @@ type deviceRoles struct {
 	refinedOnce sync.Once
 	bwRuns      []bwRun // the backward passes (see backwardRuns), once bwOnce has run
 	bwOnce      sync.Once
+	// nestedGradAllocs are the autograd engine's allocations given back to the forward by
+	// nestedGradPass, for the call nestedGradEntry (0, "": none).
+	nestedGradAllocs int
+	nestedGradEntry  string
+	// unwind lists the spans of events after each out-of-memory error (see oomPass).
+	unwind []UnwindSpan
 }
 
 // fate is how one allocation ended, relative to the phase run that made it.
@@ -207,6 +222,12 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 		at.Category, at.Evidence = CategoryOther, "free cached memory whose last use recorded no stack"
 		return at, idx
 	}
+	if at.ctx == ctxNone && b.State == snapshot.StateActivePendingFree {
+		// Its tensor was freed; the allocator waits for the streams it was used on
+		// (record_stream) before reusing it: no one's live memory, never the model's weights.
+		at.Category, at.Evidence = CategoryOther, "freed by its tensor and waiting for work on another stream (record_stream) to finish before reuse: pending free, not live memory"
+		return at, idx
+	}
 	if at.ctx == ctxNone {
 		return r.frameless(dev, d, at, b.Address, b.Size, idx, true), idx
 	}
@@ -214,6 +235,7 @@ func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
 		return ws, idx
 	}
 	at = r.refine(d, at, b.Stack)
+	at = r.nestedGradBlock(d, at, idx)
 	if b.State == snapshot.StateActiveAllocated {
 		if held, ok := r.heldByCaller(d, at, b.Stack, idx, len(d.evs)); ok {
 			return held, idx
@@ -267,6 +289,7 @@ func (r *Roles) Live(dev int, stack snapshot.StackID, addr uint64, size int64, a
 // code's allocations split between the backward pass and temporaries (a loss computed outside a
 // module saves some of its tensors and frees others).
 func (r *Roles) refineBlock(d *deviceRoles, at Attribution, allocIdx int) Attribution {
+	at = r.nestedGradBlock(d, at, allocIdx)
 	if at.ctx != ctxUser || at.Category != CategoryOther || allocIdx < 0 || allocIdx >= len(d.fates) || d.allocs[phaseBackward] == 0 {
 		return at
 	}
@@ -287,7 +310,7 @@ func (r *Roles) Steps(dev int) StepInfo { return r.device(dev).steps }
 // Workload says whether device dev trains or serves, with the evidence.
 func (r *Roles) Workload(dev int) (string, string) {
 	d := r.device(dev)
-	return d.workload, d.evidence
+	return r.processWorkload(dev, d.workload, d.evidence)
 }
 
 // HasBackward reports whether device dev's trace or live blocks show a backward pass.
@@ -342,6 +365,8 @@ func (r *Roles) device(dev int) *deviceRoles {
 	if d.hasTrace {
 		d.index = r.snap.TraceIndex(dev)
 		r.phasePass(dev, d)
+		r.nestedGradPass(d)
+		r.oomPass(d)
 	}
 	d.steps = r.findSteps(dev, d, d.evs)
 	d.workload, d.evidence = r.workload(dev, d)
@@ -445,10 +470,10 @@ type phasePassOf struct {
 
 // phasePart is one part of a phase pass: what it counted, and how its events began.
 type phasePart struct {
-	allocs     [4]int    // alloc events per phase
-	byStack    []int     // alloc events per stack id + 1 (NoStack is -1)
-	firstFrame [4]string // the frame that first put the part in each phase
-	ctxs       []int8    // the stacks' contexts met so far (see Roles.stackCtx)
+	allocs     [numPhases]int    // alloc events per phase
+	byStack    []int             // alloc events per stack id + 1 (NoStack is -1)
+	firstFrame [numPhases]string // the frame that first put the part in each phase
+	ctxs       []int8            // the stacks' contexts met so far (see Roles.stackCtx)
 	// lead is the number of events before the part's first allocation with a phase, and
 	// leadAllocs the allocations among them (counted as of no phase); last is the phase at the
 	// part's end (phaseNone: no allocation of the part has one).
@@ -694,6 +719,10 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 			if !b.freed {
 				s := d.stat(b.stack)
 				switch {
+				case cur == phaseUnwind && b.ph != phaseUnwind:
+					// Freed by the exception unwinding the pass or by a teardown: it was alive
+					// when the error struck, and how it ended says nothing of its role.
+					s.alive++
 				case b.run == run:
 					s.sameRun++
 					d.fates[b.idx] = fateSameRun
@@ -704,7 +733,7 @@ func (r *Roles) lifetimes(d *deviceRoles) {
 					s.later++
 					d.fates[b.idx] = fateLater
 				}
-				if b.ph == phaseBackward && b.run != run {
+				if b.ph == phaseBackward && b.run != run && cur != phaseUnwind {
 					s.outlivedBw++
 				}
 				survived(*b, run)
@@ -763,6 +792,16 @@ func (r *Roles) findSteps(dev int, d *deviceRoles, evs []snapshot.Event) StepInf
 		// Without frames (or without a backward pass the frames show), optimizer-step
 		// annotations still mark where steps end.
 		if starts := optimizerStepStarts(r.snap, dev, evs); len(starts) > 1 {
+			// The span before the first step's first forward allocation is setup (the model
+			// built, moved and loaded), not step 0.
+			if d.hasTrace && len(d.phases) == len(evs) {
+				for i := 0; i < starts[1]; i++ {
+					if d.phases[i] == phaseForward {
+						starts[0] = i
+						break
+					}
+				}
+			}
 			return StepInfo{Source: IterationsFromAnnotations, Starts: starts}
 		}
 	}
@@ -866,6 +905,17 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 		}
 	}
 	d.hasBackward = bw > 0
+	if w, ev := r.annotationWorkload(); w != "" {
+		if bw > 0 {
+			ev += fmt.Sprintf("; %d allocations in a backward pass (%s)", bw, bwFrame)
+			if opt > 0 {
+				ev += fmt.Sprintf("; %d in an optimizer step (%s)", opt, optFrame)
+			}
+		} else {
+			ev += "; no backward pass in the trace (a step without one: zeroth-order or forward-only training, or a trace cut short)"
+		}
+		return w, ev
+	}
 	switch {
 	case bw > 0 || opt > 0:
 		var parts []string
@@ -885,7 +935,10 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 	case hint != "":
 		return WorkloadInference, fmt.Sprintf("guess: no backward pass or optimizer step, and %s reads as inference (generation, sampling, evaluation)", hint)
 	case fwd > 0 && d.hasTrace:
-		return WorkloadUnknown, fmt.Sprintf("the trace holds %d forward allocations with grad enabled and no backward pass or optimizer step: an inference pass without no_grad, or a training step cut short (an OOM in the forward pass looks the same)", fwd)
+		if g := r.gradMode(d); g.Mode == GradOff {
+			return WorkloadInference, fmt.Sprintf("no backward pass or optimizer step, and grad mode off: %d of %d forward allocations were freed within the forward pass that made them (no graph kept)", g.FreedInPass, g.ForwardAllocs)
+		}
+		return WorkloadUnknown, fmt.Sprintf("the trace holds %d forward allocations, some outliving their pass, and no backward pass or optimizer step: a forward whose graph or outputs are kept for later, or a training step cut short (an OOM in the forward pass looks the same)", fwd)
 	case fwd > 0:
 		return WorkloadUnknown, "forward allocations and no backward or optimizer frames, but a state-only file cannot show whether a backward pass follows"
 	}
@@ -944,7 +997,7 @@ func (r *Roles) refineStack(d *deviceRoles, at Attribution, id snapshot.StackID)
 		switch {
 		case s == nil || !d.hasTrace:
 			if at.Category == CategoryActivation {
-				at.Evidence += "; guess: grad is enabled here (no no_grad frame), so a forward output still alive is most likely saved for backward"
+				at.Evidence += "; guess: a forward output still alive is most likely saved for backward (no trace shows its lifetime; a with torch.no_grad() block leaves no frame, so the frames cannot tell)"
 			} else {
 				at.Evidence += "; grad is disabled (no_grad/inference_mode decorator): nothing is saved for backward"
 			}
@@ -962,7 +1015,7 @@ func (r *Roles) refineStack(d *deviceRoles, at Attribution, id snapshot.StackID)
 			at.Evidence += "; it outlives the forward pass, which runs with grad enabled through an autograd.Function: saved for the backward pass (not in this trace)"
 		default:
 			at.Category = CategoryActivation
-			at.Evidence += "; guess: it outlives the forward pass and grad is enabled here (no no_grad frame), so it is most likely saved for a backward pass the trace does not reach"
+			at.Evidence += "; guess: it outlives the forward pass, so it is most likely saved for a backward pass the trace does not reach (or an output the caller keeps)"
 		}
 	case ctxUser:
 		if s != nil && training {
@@ -979,6 +1032,22 @@ func (r *Roles) refineStack(d *deviceRoles, at Attribution, id snapshot.StackID)
 		if s != nil && d.hasTrace && majority(s.sameRun, s.allocs) {
 			at.Category = CategoryTemporary
 			at.Evidence += fmt.Sprintf("; %d of %d allocations were freed within the optimizer step: step temporaries, not state", s.sameRun, s.allocs)
+		}
+	case ctxParameter:
+		if line, gradLine, ok := r.megatronBufferLine(id); ok {
+			if line == gradLine {
+				at.Category = CategoryGradient
+				at.Evidence += "; Megatron's contiguous gradient buffer (_ParamAndGradBuffer.grad_data: every parameter's main_grad is a view of it), allocated after param_data in megatron/core/distributed/param_and_grad_buffer.py"
+			} else {
+				at.Evidence += "; Megatron's contiguous parameter buffer (_ParamAndGradBuffer.param_data, with the distributed optimizer: every parameter is a view of it)"
+			}
+		}
+	case ctxCommunication:
+		if s != nil && d.hasTrace && majority(s.outlivedBw, s.allocs) {
+			// FSDP2's foreach_reduce stages the reduce-scatter and keeps its output as the new
+			// sharded gradient (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py)
+			at.Category = CategoryGradient
+			at.Evidence += fmt.Sprintf("; %d of %d allocations, made in a backward pass, outlived it: a reduction's output kept as the gradient, not a staging buffer", s.outlivedBw, s.allocs)
 		}
 	case ctxBackward:
 		if s != nil && d.hasTrace && majority(s.outlivedBw, s.allocs) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
 // maxStages bounds ReplayResult.Stages (a long trace has three per step).
@@ -11,7 +13,8 @@ const maxStages = 300
 
 // Stage is one forward pass, backward pass or optimizer step of a device's trace.
 type Stage struct {
-	// Name is forward, backward or optimizer.
+	// Name is forward, backward, optimizer or unwind (after an out-of-memory error: the
+	// exception unwinding the pass and the teardown, see UnwindSpan).
 	Name string `json:"name"`
 	// Step is the 0-based step the stage belongs to (-1: before the first step start).
 	Step int `json:"step"`
@@ -25,6 +28,29 @@ type Stage struct {
 	PeakAllocatedBytes  int64  `json:"peak_allocated_bytes"`
 	PeakEvent           int    `json:"peak_event"`
 	EndAllocatedBytes   int64  `json:"end_allocated_bytes"`
+	// AfterGap: the stage follows a gap (a snapshot the program took of itself, or GapUS of
+	// idle time on the trace clock: a notebook cell run again, a script started over, a
+	// torch.compile compiling), so it is not the previous stage continued.
+	AfterGap bool  `json:"after_gap,omitempty"`
+	GapUS    int64 `json:"gap_us,omitempty"`
+}
+
+// gapBetweenRunsUS is the idle time on the trace clock that separates two runs: no step of a
+// training or inference loop waits 10 s between two allocations.
+const gapBetweenRunsUS = 10_000_000
+
+// runGap says whether event k begins a new run: the event before it is a snapshot the program
+// took (torch.cuda.memory._snapshot() records a `snapshot` action) or it follows
+// gapBetweenRunsUS of idle time; us is that idle time (0 when unknown).
+func runGap(evs []snapshot.Event, k int) (bool, int64) {
+	if k <= 0 || k >= len(evs) {
+		return false, 0
+	}
+	var us int64
+	if evs[k].TimeUS > 0 && evs[k-1].TimeUS > 0 {
+		us = evs[k].TimeUS - evs[k-1].TimeUS
+	}
+	return evs[k-1].Action == snapshot.ActionSnapshot || us >= gapBetweenRunsUS, us
 }
 
 // stages cuts device dev's trace into its forward, backward and optimizer stages: each maximal
@@ -42,6 +68,9 @@ func (r *Roles) stages(dev int, before, after []int64) ([]Stage, int) {
 		p := d.phases[i]
 		j := i
 		for j+1 < len(d.phases) && d.phases[j+1] == p {
+			if gap, _ := runGap(d.evs, j+1); gap {
+				break
+			}
 			j++
 		}
 		if p != phaseNone {
@@ -49,6 +78,9 @@ func (r *Roles) stages(dev int, before, after []int64) ([]Stage, int) {
 			if len(out) < maxStages {
 				st := Stage{Name: phaseNames[p], Step: stepOf(starts, i), Source: "phases", StartEvent: i, EndEvent: j,
 					StartAllocatedBytes: before[i], PeakAllocatedBytes: after[i], PeakEvent: i, EndAllocatedBytes: after[j]}
+				if gap, us := runGap(d.evs, i); gap {
+					st.AfterGap, st.GapUS = true, us
+				}
 				for k := i; k <= j; k++ {
 					if after[k] > st.PeakAllocatedBytes {
 						st.PeakAllocatedBytes, st.PeakEvent = after[k], k
@@ -84,8 +116,18 @@ func stagesText(stages []Stage, total int) string {
 	if len(stages) <= 9 {
 		b.WriteString("  stages:\n")
 		for _, s := range stages {
-			fmt.Fprintf(&b, "    %s%-9s events %d–%d: %s → peak %s (event %d) → %s  [%s]\n", stageStep(s.Step, anySteps), s.Name, s.StartEvent, s.EndEvent,
-				FormatBytes(s.StartAllocatedBytes), FormatBytes(s.PeakAllocatedBytes), s.PeakEvent, FormatBytes(s.EndAllocatedBytes), s.Source)
+			gap := ""
+			if s.AfterGap {
+				gap = " (after a gap"
+				if s.GapUS >= gapBetweenRunsUS {
+					gap += fmt.Sprintf(": %.1f s idle", float64(s.GapUS)/1e6)
+				} else {
+					gap += ": a snapshot action"
+				}
+				gap += ")"
+			}
+			fmt.Fprintf(&b, "    %s%-9s events %d–%d: %s → peak %s (event %d) → %s  [%s]%s\n", stageStep(s.Step, anySteps), s.Name, s.StartEvent, s.EndEvent,
+				FormatBytes(s.StartAllocatedBytes), FormatBytes(s.PeakAllocatedBytes), s.PeakEvent, FormatBytes(s.EndAllocatedBytes), s.Source, gap)
 		}
 		return b.String()
 	}

@@ -147,10 +147,13 @@ type Summary struct {
 	Capabilities      snapshot.Capabilities      `json:"capabilities"`
 	// VisibleDevices is how many devices the file lists a trace for (device_traces has one
 	// list per device the process could see, used or not); 0 where the format has none.
-	VisibleDevices int      `json:"visible_devices"`
-	CannotAnswer   string   `json:"cannot_answer"`
-	Notes          []string `json:"notes"`
-	rankDevices    []int    // rank of each Devices entry, for the text
+	VisibleDevices int `json:"visible_devices"`
+	// DeviceBalance puts the devices of the file side by side (nil with fewer than two
+	// devices holding memory, or for one device asked for).
+	DeviceBalance *DeviceBalance `json:"device_balance,omitempty"`
+	CannotAnswer  string         `json:"cannot_answer"`
+	Notes         []string       `json:"notes"`
+	rankDevices   []int          // rank of each Devices entry, for the text
 }
 
 // Summarize computes the summary of one snapshot.
@@ -198,7 +201,17 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 	if n := segmentStackHint(snap, roles); n != "" {
 		s.Notes = append(s.Notes, n)
 	}
-	s.Notes = append(s.Notes, deviceImbalance(s.Devices)...)
+	if opt.Device == nil {
+		if b := deviceBalance(snap, roles); b != nil {
+			s.DeviceBalance = b
+			if b.Outlier >= 0 {
+				s.Notes = append(s.Notes, b.Evidence+" (these are the devices one process saw, not DDP ranks; torch.nn.DataParallel gathers every replica's outputs on device 0)")
+			}
+		} else {
+			// One device holds it all (the others listed, empty).
+			s.Notes = append(s.Notes, deviceImbalance(s.Devices)...)
+		}
+	}
 	return s, nil
 }
 

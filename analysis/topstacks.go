@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/memsnap/memsnap/analysis/facts"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -86,6 +87,10 @@ type TopStacksResult struct {
 	Groups      int       `json:"groups"` // groups before the limit
 	Sites       []TopSite `json:"sites"`
 	Notes       []string  `json:"notes"`
+	// FramelessSizes reads the blocks without frames by their sizes (count × size, exact
+	// vocabulary × hidden products), when such blocks hold 10% or more of the total: the
+	// only evidence a file without stacks gives of what they are.
+	FramelessSizes *facts.SizeStructure `json:"frameless_sizes,omitempty"`
 }
 
 func stateMatches(state string, s snapshot.BlockState) bool {
@@ -436,7 +441,33 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 	if opt.State == "inactive" {
 		r.Notes = append(r.Notes, "inactive blocks keep the stack of their last use; it says who freed-up memory belonged to, not who holds it")
 	}
+	r.FramelessSizes = framelessSizes(snap, opt, r.TotalBytes)
 	return r, nil
+}
+
+// framelessSizes is the size structure of the blocks top-stacks counted that have no frames,
+// nil when they hold less than a tenth of the total.
+func framelessSizes(snap *snapshot.Snapshot, opt TopStacksOptions, total int64) *facts.SizeStructure {
+	var sizes, req []int64
+	var bytes int64
+	for i := range snap.Segments {
+		s := &snap.Segments[i]
+		if opt.Device != AllDevices && s.Device != opt.Device {
+			continue
+		}
+		for _, b := range s.Blocks {
+			if !stateMatches(opt.State, b.State) || b.Stack > snapshot.EmptyStack {
+				continue
+			}
+			sizes, req = append(sizes, b.Size), append(req, b.RequestedSize)
+			bytes += b.Size
+		}
+	}
+	if len(sizes) == 0 || bytes*10 < total {
+		return nil
+	}
+	st := facts.Sizes(sizes, req)
+	return &st
 }
 
 // weightsWithGradients: frameless blocks from before the trace (sizes, bytes in blocks)
@@ -807,6 +838,22 @@ func (r *TopStacksResult) Text() string {
 	}
 	if len(r.Sites) < r.Groups {
 		fmt.Fprintf(&b, "(%d more groups)\n", r.Groups-len(r.Sites))
+	}
+	if fs := r.FramelessSizes; fs != nil {
+		parts := make([]string, len(fs.Groups))
+		for i, g := range fs.Groups {
+			parts[i] = fmt.Sprintf("%d × %s", g.Count, FormatBytes(g.Size))
+		}
+		more := ""
+		if fs.GroupsTotal > len(fs.Groups) {
+			more = fmt.Sprintf(", … (%d sizes in all)", fs.GroupsTotal)
+		}
+		fmt.Fprintf(&b, "without frames, by block size: %s in %s: %s%s\n", FormatBytes(fs.Bytes), count(fs.Blocks, "block"), strings.Join(parts, ", "), more)
+		for _, g := range fs.Groups {
+			if g.Product != "" {
+				fmt.Fprintf(&b, "  %s = %s: %s\n", FormatBytes(g.Size), g.Product, g.Guess)
+			}
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
