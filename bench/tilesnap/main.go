@@ -10,7 +10,7 @@
 // or frames list that one event of the original owns is a new object in every copy (CPython
 // writes it again, with its own MEMOIZE: per-event compile_context strings, per-traceback
 // frames lists), one shared by several events is new per copy and shared within it, and one
-// the rest of the file refers to (keys, actions, frame dicts, '') stays shared: a memo GET.
+// the rest of the file refers to (keys, actions, frame dicts, ”) stays shared: a memo GET.
 //
 //	go run ./bench/tilesnap -i ../shared/snapshots/real/pt2.10_user-metadata_windows_cs336.pickle -mb 300 -o /tmp/t.pickle
 package main
