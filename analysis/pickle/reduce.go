@@ -497,6 +497,9 @@ type extraRef struct {
 	pool                                               snapshot.PoolID
 }
 
+// maxExtraRefs bounds extraByRef, the identities of the extras met.
+const maxExtraRefs = 1 << 14
+
 // maxEventExtras bounds the event extras a decode makes (a variable for tests).
 var maxEventExtras = snapshot.MaxEventExtras
 
@@ -635,6 +638,12 @@ func (d *decoder) extraOf(at int64, ref extraRef) (uint32, error) {
 	}
 	if d.extraByRef == nil {
 		d.extraByRef = map[extraRef]uint32{}
+	}
+	if len(d.extraByRef) >= maxExtraRefs {
+		// A writer that makes new string objects per event gives every event a new identity:
+		// a cache, not a record, so it starts again rather than grow with the trace (the
+		// extras themselves are found by content, in extraID).
+		clear(d.extraByRef)
 	}
 	d.extraByRef[ref] = id
 	return id, nil
