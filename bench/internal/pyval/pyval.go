@@ -185,3 +185,78 @@ func Str(v any) string {
 	}
 	return ""
 }
+
+// OpMix counts the opcodes of a pickle's trace: from the string "device_traces" to the next
+// top-level key that follows it in PyTorch's dumps ("allocator_settings",
+// "external_annotations") or the end.
+type OpMix struct {
+	Dicts   int // EMPTY_DICT: the trace events (and frame dicts first met in the trace)
+	Strings int // SHORT_BINUNICODE, BINUNICODE, BINUNICODE8
+	Puts    int // MEMOIZE, BINPUT, LONG_BINPUT
+	Gets    int // BINGET, LONG_BINGET
+}
+
+// PerDict is a count per trace dict.
+func (m OpMix) PerDict(n int) float64 { return float64(n) / float64(max(m.Dicts, 1)) }
+
+// Mix walks the opcodes of data (the forms Decode reads) and counts its trace's.
+func Mix(data []byte) (OpMix, error) {
+	var m OpMix
+	in := false
+	u := func(p, n int) int {
+		var b [8]byte
+		copy(b[:], data[p:p+n])
+		return int(binary.LittleEndian.Uint64(b[:]))
+	}
+	for p := 0; p < len(data); {
+		op := data[p]
+		p++
+		var s string
+		switch op {
+		case 0x80, 'q', 'h', 'K':
+			p++
+		case 0x95, 'G':
+			p += 8
+		case 'r', 'j', 'J':
+			p += 4
+		case 'M':
+			p += 2
+		case 0x8a:
+			p += 1 + int(data[p])
+		case 0x8c:
+			n := int(data[p])
+			s, p = string(data[p+1:p+1+n]), p+1+n
+		case 'X':
+			n := u(p, 4)
+			s, p = string(data[p+4:p+4+n]), p+4+n
+		case 0x8d:
+			n := u(p, 8)
+			s, p = string(data[p+8:p+8+n]), p+8+n
+		case '.':
+			return m, nil
+		case '}', ']', ')', '(', 0x94, 'N', 0x88, 0x89, 's', 'u', 'a', 'e', 0x85, 0x86, 0x87, 't':
+		default:
+			return m, fmt.Errorf("pyval: opcode 0x%02x at byte %d not supported", op, p-1)
+		}
+		switch s {
+		case "device_traces":
+			in = true
+		case "allocator_settings", "external_annotations":
+			in = false
+		}
+		if !in {
+			continue
+		}
+		switch op {
+		case '}':
+			m.Dicts++
+		case 0x8c, 'X', 0x8d:
+			m.Strings++
+		case 0x94, 'q', 'r':
+			m.Puts++
+		case 'h', 'j':
+			m.Gets++
+		}
+	}
+	return m, fmt.Errorf("pyval: no STOP")
+}
