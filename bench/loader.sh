@@ -27,6 +27,9 @@
 # calls against the CLI.
 #
 # It ends with the worst shape's ratio (the median over rounds of python / memsnap summarize).
+# The CPU column is the ratio of the median CPU times (user + system: memsnap's helper
+# goroutines count, CPython's load is one thread), which a busy host disturbs less than the
+# wall times.
 #
 # Environment: RUNS (default 5), SIZES (default "300 1000": which files, in MB), SHAPES
 # (default all of the above), FILE (measure this snapshot only, instead of generating), MEMSNAP (use this binary
@@ -212,7 +215,7 @@ for f in "${files[@]}"; do
 	mr=$(median 2 "$d/summarize")
 	pw=$(median 1 "$d/python")
 	pr=$(median 2 "$d/python")
-	echo "$(basename "$f") $bytes $mw $mr $pw $pr $(fastest 1 "$d/summarize") $(fastest 1 "$d/python") $(paired "$d/python" "$d/summarize")" >>"$summary"
+	echo "$(basename "$f") $bytes $mw $mr $pw $pr $(fastest 1 "$d/summarize") $(fastest 1 "$d/python") $(paired "$d/python" "$d/summarize") $(median 3 "$d/summarize") $(median 3 "$d/python")" >>"$summary"
 	{
 		echo
 		awk -v f="$(basename "$f")" -v b="$bytes" -v runs="$RUNS" -v base="${BASELINE:-}" 'BEGIN { printf "%s (%.0f MB), median of %d rounds\n", f, b / 1e6, runs
@@ -251,8 +254,8 @@ done
 
 cat "$work/details.txt"
 echo
-awk 'BEGIN { printf "%-52s %10s %10s %8s %9s %12s %12s %8s\n", "python3 pickle.load / memsnap summarize", "memsnap s", "python s", "speed", "(paired)", "memsnap MiB", "python MiB", "memory" }
-{ printf "%-52s %10.3f %10.3f %7.2fx %8.2fx %12.0f %12.0f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $3, $5, $5 / $3, $9, $4 / 1024, $6 / 1024, $4 / $6 }' "$summary"
+awk 'BEGIN { printf "%-52s %10s %10s %8s %9s %8s %12s %12s %8s\n", "python3 pickle.load / memsnap summarize", "memsnap s", "python s", "speed", "(paired)", "CPU", "memsnap MiB", "python MiB", "memory" }
+{ printf "%-52s %10.3f %10.3f %7.2fx %8.2fx %7.2fx %12.0f %12.0f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $3, $5, $5 / $3, $9, $11 / $10, $4 / 1024, $6 / 1024, $4 / $6 }' "$summary"
 echo
 awk 'BEGIN { printf "%-36s %10s %10s %8s\n", "fastest rounds (the host slows runs down)", "memsnap s", "python s", "speed" }
 { printf "%-36s %10.3f %10.3f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $7, $8, $8 / $7 }' "$summary"
