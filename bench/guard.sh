@@ -5,7 +5,8 @@
 # fails below MIN_RATIO (default 5); it prints ratios only, never absolute times, which a
 # shared machine cannot keep. The file is bench/tilesnap's tiling of the shared real 2.10
 # snapshot when it is there, else bench/gensnap's real shape of 2.10 (the commonest shapes'
-# hardest: a new compile_context string per event, as CPython writes them).
+# hardest: a new compile_context string per event, as CPython writes them). REAL overrides
+# the shared files' folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -17,7 +18,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/memsnap" ./cmd/memsnap
-real=../shared/snapshots/real/pt2.10_user-metadata_windows_cs336.pickle
+real=${REAL:-../shared/snapshots/real}/pt2.10_user-metadata_windows_cs336.pickle
 f=$work/guard.pickle
 if [[ -f "$real" ]]; then
 	go run ./bench/tilesnap -i "$real" -mb 30 -o "$f" 2>/dev/null
