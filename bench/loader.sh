@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Loader benchmark: memsnap against Python's pickle.load on snapshot-shaped pickles of ~300 MB
-# and ~1 GB, every command, and the MCP server.
+# and ~1 GB, of every file shape, every command, and the MCP server.
 #
-# Builds memsnap, generates the files with bench/gensnap (cached in /tmp, keyed by the
-# generator's and the pickle writer's sources and the flags), then for each file alternates
+# Shapes (SHAPES): memsnap (bench/gensnap through memsnap's own writer, which shares more than
+# CPython does: the easy end), real-2.10 and real-2.9 (bench/gensnap -shape real: as CPython
+# writes PyTorch 2.10's dump with Python-only stacks, 2.9's with C++ and Python stacks, a new
+# compile_context string per event), tile-2.10, tile-2.9, tile-2.5, tile-2.1 (bench/tilesnap:
+# the shared real file of that version, its trace repeated to the size and re-encoded as CPython
+# would; skipped when ../shared/snapshots/real is absent).
+#
+# Builds memsnap, generates the files (cached in /tmp, keyed by the generators' and the pickle
+# writer's sources and the flags), then for each file alternates
 # RUNS rounds of
 #   (settle: an unmeasured memsnap summarize)
 #   memsnap summarize FILE --json >/dev/null
@@ -19,8 +26,13 @@
 # summarize (the ratio of the medians, and the median of each round's ratio), and the MCP
 # calls against the CLI.
 #
-# Environment: RUNS (default 5), SIZES (default "300 1000": which files, in MB, of 300 and
-# 1000), FILE (measure this snapshot only, instead of generating), MEMSNAP (use this binary
+# It ends with the worst shape's ratio (the median over rounds of python / memsnap summarize).
+# The CPU column is the ratio of the median CPU times (user + system: memsnap's helper
+# goroutines count, CPython's load is one thread), which a busy host disturbs less than the
+# wall times.
+#
+# Environment: RUNS (default 5), SIZES (default "300 1000": which files, in MB), SHAPES
+# (default all of the above), FILE (measure this snapshot only, instead of generating), MEMSNAP (use this binary
 # instead of building ./cmd/memsnap), PYTHON (default python3), COMMANDS (default "top-stacks
 # oom fragmentation replay diff check whatif plot trim convert"; empty for summarize and
 # Python only), MCP (default 1; 0 skips
@@ -34,6 +46,8 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
 PYTHON=${PYTHON:-python3}
 SIZES=${SIZES:-300 1000}
+SHAPES=${SHAPES:-memsnap real-2.10 real-2.9 tile-2.10 tile-2.9 tile-2.5 tile-2.1}
+REAL=${REAL:-../shared/snapshots/real}
 COMMANDS=${COMMANDS-top-stacks oom fragmentation replay diff check whatif plot trim convert}
 MCP=${MCP:-1}
 
@@ -54,22 +68,42 @@ if [[ "$MCP" != 0 ]]; then
 	go build -o "$work/mcpbench" ./bench/mcpbench
 fi
 
-# snapshot MB: the cached generated file of about MB megabytes.
-snapshot() {
-	local flags=""
+# tiled VERSION: the shared real file bench/tilesnap tiles for that version.
+tiled() {
 	case $1 in
-	300) flags="" ;;
-	1000) flags="-events 5500000" ;;
-	*) echo "loader.sh: no generator settings for $1 MB (use 300 or 1000)" >&2; exit 1 ;;
+	2.10) echo "$REAL/pt2.10_user-metadata_windows_cs336.pickle" ;;
+	2.9) echo "$REAL/pt2.9plus_cs336-compile_optimizer-annotation_no-segment-events.pickle" ;;
+	2.5) echo "$REAL/pt2.5-2.7_torch-compile_cpp-frames_cs336-fwd.pickle" ;;
+	2.1) echo "$REAL/pt2.1_hf-qlora-bnb-accelerate-llama-train_ftcourse.pickle" ;;
+	*) echo "loader.sh: no shared file to tile for $1" >&2; exit 1 ;;
+	esac
+}
+
+# snapshot SHAPE MB: the cached file of that shape and about MB megabytes (empty when the
+# shape needs the shared real files and they are absent).
+snapshot() {
+	local shape=$1 mb=$2 flags="" tool=gensnap
+	case $shape in
+	memsnap) flags="-events $((mb * 5500))" ;;
+	real-2.10) flags="-shape real -version 2.10 -frames python -events $((mb * 10900))" ;;
+	real-2.9) flags="-shape real -version 2.9 -frames mixed -depth 46 -events $((mb * 4650))" ;;
+	tile-*)
+		tool=tilesnap
+		local src
+		src=$(tiled "${shape#tile-}")
+		[[ -f "$src" ]] || { echo "loader.sh: $shape skipped: no $src" >&2; return 0; }
+		flags="-i $src -mb $mb"
+		;;
+	*) echo "loader.sh: unknown shape $shape" >&2; exit 1 ;;
 	esac
 	local key
-	key=$( (cat bench/gensnap/main.go analysis/pickle/writer/*.go; echo "$flags") | sha256sum | cut -c1-12)
-	local file=/tmp/memsnap-bench-$key.pickle
+	key=$( (cat bench/gensnap/*.go bench/tilesnap/*.go bench/internal/pyval/*.go analysis/pickle/writer/*.go; echo "$flags") | sha256sum | cut -c1-12)
+	local file=/tmp/memsnap-bench-$shape-$mb-$key.pickle
 	if [[ ! -s "$file" ]]; then
 		echo "loader.sh: generating $file" >&2
-		[[ -x "$work/gensnap" ]] || go build -o "$work/gensnap" ./bench/gensnap
+		[[ -x "$work/$tool" ]] || go build -o "$work/$tool" "./bench/$tool"
 		# shellcheck disable=SC2086
-		"$work/gensnap" -o "$file.tmp" $flags
+		"$work/$tool" -o "$file.tmp" $flags
 		mv "$file.tmp" "$file"
 	fi
 	echo "$file"
@@ -134,8 +168,11 @@ if [[ -n "${FILE:-}" ]]; then
 	files=("$FILE")
 else
 	files=()
-	for mb in $SIZES; do
-		files+=("$(snapshot "$mb")")
+	for shape in $SHAPES; do
+		for mb in $SIZES; do
+			f=$(snapshot "$shape" "$mb")
+			[[ -z "$f" ]] || files+=("$f")
+		done
 	done
 fi
 
@@ -178,7 +215,7 @@ for f in "${files[@]}"; do
 	mr=$(median 2 "$d/summarize")
 	pw=$(median 1 "$d/python")
 	pr=$(median 2 "$d/python")
-	echo "$(basename "$f") $bytes $mw $mr $pw $pr $(fastest 1 "$d/summarize") $(fastest 1 "$d/python")" >>"$summary"
+	echo "$(basename "$f") $bytes $mw $mr $pw $pr $(fastest 1 "$d/summarize") $(fastest 1 "$d/python") $(paired "$d/python" "$d/summarize") $(median 3 "$d/summarize") $(median 3 "$d/python")" >>"$summary"
 	{
 		echo
 		awk -v f="$(basename "$f")" -v b="$bytes" -v runs="$RUNS" -v base="${BASELINE:-}" 'BEGIN { printf "%s (%.0f MB), median of %d rounds\n", f, b / 1e6, runs
@@ -217,8 +254,10 @@ done
 
 cat "$work/details.txt"
 echo
-awk 'BEGIN { printf "%-36s %10s %10s %8s %12s %12s %8s\n", "python3 pickle.load / memsnap summarize", "memsnap s", "python s", "speed", "memsnap MiB", "python MiB", "memory" }
-{ printf "%-36s %10.3f %10.3f %7.2fx %12.0f %12.0f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $3, $5, $5 / $3, $4 / 1024, $6 / 1024, $4 / $6 }' "$summary"
+awk 'BEGIN { printf "%-52s %10s %10s %8s %9s %8s %12s %12s %8s\n", "python3 pickle.load / memsnap summarize", "memsnap s", "python s", "speed", "(paired)", "CPU", "memsnap MiB", "python MiB", "memory" }
+{ printf "%-52s %10.3f %10.3f %7.2fx %8.2fx %7.2fx %12.0f %12.0f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $3, $5, $5 / $3, $9, $11 / $10, $4 / 1024, $6 / 1024, $4 / $6 }' "$summary"
 echo
 awk 'BEGIN { printf "%-36s %10s %10s %8s\n", "fastest rounds (the host slows runs down)", "memsnap s", "python s", "speed" }
 { printf "%-36s %10.3f %10.3f %7.2fx\n", sprintf("%s (%.0f MB)", $1, $2 / 1e6), $7, $8, $8 / $7 }' "$summary"
+echo
+sort -k9 -g "$summary" | head -1 | awk '{ printf "worst shape: %s, %.2fx CPython (paired median), at %.2fx its memory\n", $1, $9, $4 / $6 }'

@@ -95,6 +95,8 @@ type Stats struct {
 	Redone     bool
 	// KeysAhead is how many tracebacks' run keys the run scanner had ready (see runScanner).
 	KeysAhead int64
+	// Strings is how many string values the decode made (shared ones once).
+	Strings int
 }
 
 // Options bound the decoder.
@@ -282,6 +284,10 @@ type decoder struct {
 	redo       bool
 	fastEvents int64
 	made       [maxFastPairs]madeValue // fastEvent's scratch
+	// fresh holds, per optional string field of an event (compile_context, user_metadata,
+	// category, internal_metadata: keyCompileContext on, in order), the indexes plus one of the
+	// four strings fastEvent made or found for it last, the latest first (see sameStr).
+	fresh [4][4]uint64
 	// keyTmpl is the memo references of the keys of the last trace event fastEvent read, by
 	// position, with their key codes (idx+1; 0: none): a writer puts an event's keys in the
 	// same order and the same slots every time, so a key that matches needs no memo read.
@@ -358,7 +364,7 @@ func decodeOnce(ctx context.Context, r io.Reader, data []byte, opt Options) (*Re
 	}
 	defer d.memo.release()
 	res, err := d.decode()
-	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * memoSlotSize, Objects: len(d.objs), FastEvents: d.fastEvents, KeysAhead: d.keysAhead}
+	st := Stats{Bytes: d.offset(), Values: d.values, MemoBytes: int64(len(d.memo.pages)) << memoPageBits * memoSlotSize, Objects: len(d.objs), FastEvents: d.fastEvents, KeysAhead: d.keysAhead, Strings: len(d.strs)}
 	if opt.Stats != nil {
 		*opt.Stats = st
 	}

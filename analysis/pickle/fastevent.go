@@ -50,7 +50,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 	// The values the dict makes, in input order: each takes the next memo slot (strings only
 	// when MEMOIZE follows them). News strings get the next string indexes, from base.
 	made := &d.made // scratch: entries are written before they are read
-	nm, newStrs, base := 0, 0, uint64(len(d.strs))
+	nm, newStrs, sameStrs, base := 0, 0, 0, uint64(len(d.strs))
 	n, action := 0, false
 	// The frames list whose run the cache lacks: where its run starts, how long it is.
 	missPos, missLen := -1, 0
@@ -132,9 +132,18 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 			if p+2+w+1+16 > len(buf) {
 				return -1
 			}
-			mv := madeValue{str: true, off: p + 2, n: int32(w)}
-			v = val{k: kStr, x: base + uint64(newStrs)}
-			newStrs++
+			mv := madeValue{str: true, off: p + 2, n: int32(w), code: code}
+			if x, ok := d.sameStr(code, buf[p+2:p+2+w]); ok {
+				// Another object of a string an earlier event had (CPython's dump makes a
+				// new 'N/A' compile context per event): its earlier value, so that the
+				// event's extra is known by identity and no string is made per event.
+				mv.same, mv.x = true, x
+				v = val{k: kStr, x: x}
+				sameStrs++
+			} else {
+				v = val{k: kStr, x: base + uint64(newStrs)}
+				newStrs++
+			}
 			p += 2 + w
 			if buf[p] == 0x94 {
 				mv.memo = true
@@ -249,7 +258,7 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 	if ref != (extraRef{}) {
 		if d.lastExtra.ok && d.lastExtra.ref == ref {
 			extra = d.lastExtra.id
-		} else if extra, knownExtra = d.extraByRef[ref]; !knownExtra && newStrs == 0 {
+		} else if extra, knownExtra = d.extraByRef[ref]; !knownExtra && newStrs == 0 && sameStrs == 0 {
 			return -1 // a new combination of old strings: the slow path makes (and charges) it
 		}
 	}
@@ -272,7 +281,11 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 	for _, mv := range made[:nm] {
 		switch {
 		case mv.str:
-			s := d.newStr(kStr, string(buf[mv.off:mv.off+int(mv.n)]))
+			s := val{k: kStr, x: mv.x}
+			if !mv.same {
+				s = d.newStr(kStr, string(buf[mv.off:mv.off+int(mv.n)]))
+				d.noteStr(mv.code, s.x)
+			}
 			if mv.memo {
 				d.memo.push(s)
 			}
@@ -324,10 +337,44 @@ func (d *decoder) fastEvent(buf []byte, pos int) int {
 // the input, and whether MEMOIZE follows) or a frames list's stack.
 type madeValue struct {
 	off   int
+	x     uint64 // the string's index, when same
 	n     int32
 	stack snapshot.StackID
+	code  keyCode // the key of a string
 	str   bool
 	memo  bool
+	same  bool // the string is one an earlier event made (sameStr)
+}
+
+// sameStr finds, for the value of an event's optional string field (compile_context,
+// user_metadata, category, internal_metadata), a string with the same bytes that an earlier
+// event's field made (the four used last, per field): its index. A writer that makes a new object
+// per event (CPython pickling the 'N/A' compile context of every event of PyTorch 2.5 on)
+// would otherwise cost a string, a memo-sized string table entry and a new extra identity per
+// event, which grew the identity map without bound.
+func (d *decoder) sameStr(code keyCode, b []byte) (uint64, bool) {
+	i := uint(code - keyCompileContext)
+	if i >= uint(len(d.fresh)) {
+		return 0, false
+	}
+	f := &d.fresh[i]
+	for j, x := range f {
+		if x != 0 && d.strs[x-1] == string(b) {
+			copy(f[1:j+1], f[:j]) // to the front
+			f[0] = x
+			return x - 1, true
+		}
+	}
+	return 0, false
+}
+
+// noteStr remembers string x as the newest value of an optional string field (sameStr).
+func (d *decoder) noteStr(code keyCode, x uint64) {
+	if i := uint(code - keyCompileContext); i < uint(len(d.fresh)) {
+		f := &d.fresh[i]
+		copy(f[1:], f[:len(f)-1])
+		f[0] = x + 1
+	}
 }
 
 // missStack stands for the stack of a run fastEvent interns at its commit.

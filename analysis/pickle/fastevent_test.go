@@ -271,3 +271,58 @@ func TestEventExtrasBound(t *testing.T) {
 		}
 	}
 }
+
+// TestFreshStringsPerEvent: a trace whose every event makes its compile context again, as a
+// new memoized string object (CPython pickling PyTorch 2.5+'s per-event 'N/A'), decodes to
+// the slow path's events and extras through the fast path, and makes no string per event:
+// an event's string with the bytes of one of the last four an earlier event made for that
+// field is that string again.
+func TestFreshStringsPerEvent(t *testing.T) {
+	const n = 3000
+	ctxOf := func(i int) string {
+		switch {
+		case i%7 == 3:
+			return "ctx"
+		case i%500 == 1:
+			return fmt.Sprintf("step %d", i) // a new value now and then
+		}
+		return "N/A"
+	}
+	var b strings.Builder
+	distinct := map[string]bool{}
+	for i := range n {
+		ctx := ctxOf(i)
+		distinct[ctx] = true
+		fmt.Fprintf(&b, "}\x94(h\x02h\x03h\x04K\x20h\x07\x8c%c%s\x94u", byte(len(ctx)), ctx)
+	}
+	data := []byte(feHead2 + "(" + b.String() + "e." + strings.Repeat("N", 32))
+	stream, err := Decode(context.Background(), bytes.NewReader(data), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameAsStream(t, data, Options{}, stream, nil)
+	var st Stats
+	res, err := DecodeBytes(context.Background(), data, Options{Stats: &st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.FastEvents != n {
+		t.Errorf("fast events %d, want %d", st.FastEvents, n)
+	}
+	// The head's 6 strings (its "N/A" came the slow way) and one per distinct value.
+	if want := 6 + len(distinct); st.Strings != want {
+		t.Errorf("%d strings made, want %d", st.Strings, want)
+	}
+	evs := res.Root.(EventList).Events
+	if len(evs) != n+2 {
+		t.Fatalf("%d events, want %d", len(evs), n+2)
+	}
+	for i, ev := range evs[2:] {
+		if got, want := res.Extras[ev.Extra.Index()].CompileContext, ctxOf(i); got != want {
+			t.Fatalf("event %d: compile context %q, want %q", i, got, want)
+		}
+	}
+	if len(res.Extras) != 1+len(distinct) { // extra 0 is the empty one
+		t.Errorf("%d extras, want %d: %+v", len(res.Extras), 1+len(distinct), res.Extras)
+	}
+}

@@ -50,6 +50,8 @@ func startIndexPipe() *indexPipe {
 			if b == nil {
 				b = snapshot.NewTraceIndexer(j.hint)
 				p.built[j.l] = b
+			} else {
+				b.Reserve(j.hint)
 			}
 			b.Add(j.evs)
 		}

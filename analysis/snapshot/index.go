@@ -81,6 +81,16 @@ func NewTraceIndexer(hint int) *TraceIndexer {
 	return &TraceIndexer{x: TraceIndex{Slot: slot}}
 }
 
+// Reserve makes room for n events in all (the trace list's new capacity), so that the index
+// grows in the list's steps, to its estimate of the final length, not by doubling.
+func (b *TraceIndexer) Reserve(n int) {
+	if n > cap(b.x.Slot) {
+		slot := hugepage.Make[int32](len(b.x.Slot), n)
+		copy(slot, b.x.Slot)
+		b.x.Slot = slot
+	}
+}
+
 // Len is how many events have been added.
 func (b *TraceIndexer) Len() int { return len(b.x.Slot) }
 

@@ -74,3 +74,33 @@ func TestTraceIndex(t *testing.T) {
 		t.Fatal("a copy with other events shares the index")
 	}
 }
+
+// TestTraceIndexerReserve: an index built in chunks, its room reserved in steps as the
+// decoder's list grows, has the room asked for and equals the index of the whole trace.
+func TestTraceIndexerReserve(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	evs := make([]Event, 20000)
+	for i := range evs {
+		evs[i] = Event{Action: Action(1 + r.IntN(int(ActionOOM))), Addr: uint64(r.IntN(500)) * 512}
+	}
+	b := NewTraceIndexer(1000)
+	b.Add(evs[:1000])
+	b.Reserve(15000)
+	if c := cap(b.x.Slot); c != 15000 {
+		t.Fatalf("capacity %d after Reserve(15000)", c)
+	}
+	b.Reserve(100) // never shrinks
+	b.Add(evs[1000:15000])
+	b.Reserve(20000)
+	b.Add(evs[15000:])
+	got, want := b.Finish(evs), NewTraceIndex(evs)
+	if len(got.Slot) != len(want.Slot) || len(got.Blocks) != len(want.Blocks) || len(got.Segments) != len(want.Segments) {
+		t.Fatalf("chunked index: %d slots, %d blocks, %d segments; whole: %d, %d, %d",
+			len(got.Slot), len(got.Blocks), len(got.Segments), len(want.Slot), len(want.Blocks), len(want.Segments))
+	}
+	for i := range want.Slot {
+		if got.Slot[i] != want.Slot[i] {
+			t.Fatalf("event %d: slot %d, want %d", i, got.Slot[i], want.Slot[i])
+		}
+	}
+}

@@ -4,7 +4,14 @@
 // event and its live block share one), ~2k segments and ~100k blocks that obey the allocator's
 // invariants. The file is streamed to disk.
 //
+// -shape memsnap (the default) writes it through memsnap's own pickle writer; -shape real
+// writes it as CPython's pickle writes a PyTorch dump of -version 2.0 to 2.10 (real.go: a new
+// object per event where PyTorch makes one, which is what real files cost to read), with
+// -frames mixed (C++ and Python frames) or python (Python frames only, most tracebacks empty,
+// as on Windows).
+//
 //	go run ./bench/gensnap -o /tmp/big.pickle
+//	go run ./bench/gensnap -shape real -version 2.10 -frames python -o /tmp/real.pickle
 package main
 
 import (
@@ -22,8 +29,10 @@ import (
 
 type params struct {
 	events, segments, blocks, stacks int
+	depth                            int // mean frames per stack
 	seed                             uint64
 	protocol                         int
+	shape, version, stackKind        string
 }
 
 func main() {
@@ -34,7 +43,11 @@ func main() {
 	flag.IntVar(&p.blocks, "blocks", 100_000, "number of blocks (about)")
 	flag.IntVar(&p.stacks, "stacks", 3000, "number of distinct stacks")
 	flag.Uint64Var(&p.seed, "seed", 1, "random seed")
-	flag.IntVar(&p.protocol, "protocol", 4, "pickle protocol")
+	flag.IntVar(&p.protocol, "protocol", 4, "pickle protocol (-shape memsnap)")
+	flag.IntVar(&p.depth, "depth", 40, "mean frames per stack (half to one and a half times it)")
+	flag.StringVar(&p.shape, "shape", "memsnap", "memsnap (memsnap's own writer) or real (CPython's, as PyTorch's dumps)")
+	flag.StringVar(&p.version, "version", "2.10", "the PyTorch version whose keys -shape real writes (2.0 to 2.10)")
+	flag.StringVar(&p.stackKind, "frames", "mixed", "-shape real: mixed (C++ and Python frames) or python (Python frames only)")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "gensnap: -o FILE is required")
@@ -47,13 +60,31 @@ func main() {
 }
 
 func run(path string, p params) error {
+	var v version
+	switch p.shape {
+	case "memsnap":
+	case "real":
+		var err error
+		if v, err = parseVersion(p.version); err != nil {
+			return err
+		}
+		if p.stackKind != "mixed" && p.stackKind != "python" {
+			return fmt.Errorf("-frames %q: want mixed or python", p.stackKind)
+		}
+	default:
+		return fmt.Errorf("-shape %q: want memsnap or real", p.shape)
+	}
 	snap := generate(p)
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("create output: %w", err)
 	}
 	bw := bufio.NewWriterSize(f, 4<<20)
-	err = writer.EncodeTo(context.Background(), bw, snap, writer.Options{Protocol: p.protocol, ListPerTraceback: true})
+	if p.shape == "real" {
+		err = newRealWriter(writer.NewWriter(bw, writer.Config{Protocol: 4}), snap, v, p.stackKind == "python").write()
+	} else {
+		err = writer.EncodeTo(context.Background(), bw, snap, writer.Options{Protocol: p.protocol, ListPerTraceback: true})
+	}
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -119,6 +150,7 @@ var userNames = []string{"forward", "attention", "mlp", "block_forward", "embed"
 	"run_epoch", "main", "collate", "<lambda>", "apply_rotary", "project_qkv"}
 
 type gen struct {
+	depth int
 	r     *rand.Rand
 	in    *snapshot.Interner
 	cpp   []snapshot.FrameID
@@ -194,7 +226,7 @@ func (g *gen) stack(free bool) snapshot.StackID {
 	if free {
 		ids = append(ids[:0], g.fhead...)
 	}
-	total := 20 + g.r.IntN(41)
+	total := g.depth/2 + g.r.IntN(g.depth+1)
 	rest := total - len(ids) - len(g.root)
 	nCpp := rest * (3 + g.r.IntN(4)) / 10
 	nTorch := (rest - nCpp) / 2
@@ -218,7 +250,7 @@ type slot struct {
 }
 
 func generate(p params) *snapshot.Snapshot {
-	g := &gen{r: rand.New(rand.NewPCG(p.seed, p.seed^0x9e3779b97f4a7c15)), in: snapshot.NewInterner()}
+	g := &gen{depth: max(p.depth, 12), r: rand.New(rand.NewPCG(p.seed, p.seed^0x9e3779b97f4a7c15)), in: snapshot.NewInterner()}
 	g.pools()
 	allocStacks := make([]snapshot.StackID, 0, p.stacks)
 	freeStacks := make([]snapshot.StackID, 0, p.stacks/3+1)
