@@ -783,8 +783,18 @@ func toInt(v any) (int64, error) {
 		if t := strings.TrimPrefix(string(x), "-"); t != "" && strings.Trim(t, "0123456789") == "" {
 			return 0, errTooBig{x}
 		}
+		// Say what was found (1.5e3, 1e999), not its type: JSON has one number type.
+		return 0, fmt.Errorf("is %s, not an integer", clipNumber(string(x)))
 	}
 	return 0, fmt.Errorf("is a %s, not an integer", typeName(v))
+}
+
+// clipNumber cuts a number's text for an error message.
+func clipNumber(s string) string {
+	if len(s) <= 40 {
+		return s
+	}
+	return s[:37] + "..."
 }
 
 // toUint reads any non-negative 64-bit integer form (addresses, streams).
