@@ -301,7 +301,7 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 	// Sized up front: a long trace's final state has a hundred thousand blocks or more, which
 	// slices grown by append would copy and leave behind several times over.
 	nLive := 0
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		if s := &snap.Segments[si]; s.Device == device {
 			for bi := range s.Blocks {
 				if s.Blocks[bi].State != snapshot.StateInactive {
@@ -317,7 +317,7 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 	for i := range sd.finalID {
 		sd.finalID[i] = -1
 	}
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		s := &snap.Segments[si]
 		if s.Device != device {
 			continue
@@ -380,7 +380,7 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 	}
 	// Segments alive before the trace: in the final state without a segment event first, or
 	// first seen freed.
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		s := &snap.Segments[si]
 		if s.Device != device {
 			continue
@@ -1716,7 +1716,7 @@ func traceSizesAreRequested(snap *snapshot.Snapshot, device int, oddAllocSize bo
 	if oddAllocSize {
 		return true
 	}
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		if s := &snap.Segments[si]; s.Device == device {
 			for _, b := range s.Blocks {
 				if b.State == snapshot.StateInactive {

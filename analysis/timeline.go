@@ -1090,7 +1090,7 @@ func PictureDevice(snap *snapshot.Snapshot, device *int) (int, error) {
 			events = len(snap.DeviceTraces[d])
 		}
 		var res int64
-		for si := range snap.Segments {
+		for _, si := range snap.SegmentsOn(d) {
 			if snap.Segments[si].Device == d {
 				res += snap.Segments[si].TotalSize
 			}

@@ -44,9 +44,9 @@ const (
 
 // FrameText is a page of one frame's full text ("file:line name"), in bytes.
 type FrameText struct {
-	Stack int    `json:"stack"`
-	Frame int    `json:"frame"`
-	Bytes int    `json:"bytes"`
+	Stack int        `json:"stack"`
+	Frame int        `json:"frame"`
+	Bytes int        `json:"bytes"`
 	Text  bound.Page `json:"text"`
 }
 
