@@ -126,3 +126,52 @@ func TestHugeStringsBounded(t *testing.T) {
 		t.Errorf("resource stacks[1]: %d bytes", len(b))
 	}
 }
+
+// TestSymlinkOutsideNoOracle (F4): behind a link inside the root that points outside, an
+// existing file, a missing one, a path through a regular file and a directory all get the
+// same answer, word for word.
+func TestSymlinkOutsideNoOracle(t *testing.T) {
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	for _, d := range []string{root, outside, filepath.Join(outside, "dir")} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret.pickle"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"out": outside, "file": filepath.Join(outside, "secret.pickle"),
+		"missing": filepath.Join(outside, "nothing"), "rel": "../outside/dir"} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := newRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	realRoot, _ := filepath.EvalSymlinks(root)
+	want := ""
+	for _, p := range []string{"out/secret.pickle", "out/nothing.pickle", "out/secret.pickle/x", "out/dir", "file", "missing",
+		"file/x", "rel", "rel/x", "out/../../root/../outside/secret.pickle"} {
+		_, err := rs.resolve(context.Background(), filepath.Join(root, p), "path")
+		if err == nil {
+			t.Fatalf("%s: resolved", p)
+		}
+		msg := strings.ReplaceAll(err.Error(), clip(filepath.Join(root, p), maxEchoedPath), "PATH")
+		if want == "" {
+			want = msg
+			if !strings.Contains(msg, "outside the directories this server may read ("+realRoot+")") {
+				t.Fatalf("%s: %s", p, msg)
+			}
+		}
+		if msg != want {
+			t.Errorf("%s: %q, want the same answer as the others %q", p, msg, want)
+		}
+	}
+	// Inside the root, a missing file is still named so.
+	if _, err := rs.resolve(context.Background(), filepath.Join(root, "nothing.pickle"), "path"); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing file inside: %v", err)
+	}
+}
