@@ -3,6 +3,7 @@ package load
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,40 @@ func TestNumberNotInteger(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", num, err, want)
 		}
+	}
+}
+
+// TestUnknownKeySkipped (F3): a top-level key memsnap does not read is skipped, not built:
+// loading a file with 8 MB of junk under it grows the heap by at most 4 bytes per byte of
+// junk (a decoded tree of it is about 30), and the answer is the same as without it.
+func TestUnknownKeySkipped(t *testing.T) {
+	var junk strings.Builder
+	junk.WriteString("[")
+	for i := 0; junk.Len() < 8<<20; i++ {
+		if i > 0 {
+			junk.WriteString(",")
+		}
+		junk.WriteString(`{"k":[1,"xxxxxxxxxxxxxxxxxxxx",{"a":1.5}]}`)
+	}
+	junk.WriteString("]")
+	data := []byte(`{"segments": [], "junk": ` + junk.String() + `, "device_traces": [[]]}`)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s, err := Reader(context.Background(), bytes.NewReader(data), "junk.json", int64(len(data)), Options{})
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Segments) != 0 || len(s.DeviceTraces) != 1 {
+		t.Errorf("segments %d traces %d", len(s.Segments), len(s.DeviceTraces))
+	}
+	if grown := int64(after.HeapSys) - int64(before.HeapSys); grown > 4*int64(junk.Len()) {
+		t.Errorf("the heap grew by %d bytes for %d bytes of junk", grown, junk.Len())
+	}
+	// Without segments, the message still names the keys the file has.
+	err = loadBytes(t, []byte(`{"junk": [1, 2], "other": {}}`))
+	if err == nil || !strings.Contains(err.Error(), "no 'segments' key (keys: junk, other)") {
+		t.Errorf("no segments: %v", err)
 	}
 }

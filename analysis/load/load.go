@@ -408,6 +408,30 @@ func decodeJSON(ctx context.Context, r io.Reader, format snapshot.Format, opt Op
 // streamJSON reads a JSON snapshot. The device traces, which hold nearly all of a large file
 // (JSON repeats every frame of every event), are converted one event at a time, so memory
 // follows the typed model rather than a generic tree of the whole document.
+// skipJSONValue reads past one value token by token: the decoder keeps no more than a token
+// of it buffered (json.RawMessage would hold the whole value, twice while its buffer grows).
+func skipJSONValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
+}
+
+// jsonTopKeys are the top-level keys the converter reads besides device_traces.
+var jsonTopKeys = map[string]bool{"segments": true, "allocator_settings": true, "external_annotations": true}
+
 func (c *converter) streamJSON(ctx context.Context, dec *json.Decoder) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
@@ -438,6 +462,16 @@ func (c *converter) streamJSON(ctx context.Context, dec *json.Decoder) (any, err
 			if top[key], err = c.streamTraces(ctx, dec); err != nil {
 				return nil, err
 			}
+			continue
+		}
+		if !jsonTopKeys[key] {
+			// A key memsnap does not read is skipped, not built: a 48 MB junk value costs its
+			// raw bytes once, not a tree of maps and slices 30 times its size. The key stays,
+			// for the message of a file without segments.
+			if err := skipJSONValue(dec); err != nil {
+				return nil, err
+			}
+			top[key] = nil
 			continue
 		}
 		var v any
