@@ -3,12 +3,16 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/memsnap/memsnap/analysis/pickle/writer"
 )
 
 // Answer caps every tool keeps on its default arguments (issue: agent-sized answers).
@@ -103,4 +107,43 @@ func TestAnswerSizes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzAnswerSizes: any file the fuzzer makes (seeded with real snapshots and the hostile
+// forms: huge names, many devices), every tool's answer stays within its caps, and a file
+// that is not a snapshot is a capped isError answer, never a protocol error.
+func FuzzAnswerSizes(f *testing.F) {
+	for _, name := range []string{"cross_stream_pending.pickle", "summarize_basic_legacy20.pickle"} {
+		data, err := os.ReadFile(filepath.Join(scenarios(f), name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	huge, err := writer.Encode(hugeNames(64<<10), writer.Options{Protocol: 4})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(huge)
+	dir := f.TempDir()
+	c := newClient(f, Config{Roots: []string{dir}, CallTimeout: 20 * time.Second})
+	n := 0
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n++
+		path := filepath.Join(dir, fmt.Sprintf("f%d.pickle", n))
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(path)
+		calls := defaultCalls(path, path)
+		calls["check"] = map[string]any{"path": path, "max_peak": "1GiB"}
+		calls["what-if"] = map[string]any{"path": path, "settings": map[string]any{"expandable_segments": true}}
+		for tool, args := range calls {
+			res := call(t, c, tool, args)
+			s, txt, img := answerSizes(t, res)
+			if s > maxDefaultStructured || txt > maxDefaultText || img > maxTimelinePNGBytes*4/3+4 {
+				t.Errorf("%s: structured %d text %d image %d bytes", tool, s, txt, img)
+			}
+		}
+	})
 }
