@@ -59,12 +59,12 @@ func writeSnap(t *testing.T, dir, name string, snap *snapshot.Snapshot) string {
 	return p
 }
 
-// TestHugeStringsBounded (F1): frame names of 2 MiB reach no answer whole. Every tool's
+// TestHugeStringsBounded (F1): frame names of 1 MiB reach no answer whole. Every tool's
 // default answer, read-raw-section's stacks and segments and the section resource stay
 // within the caps; a cut name is the same in every tool; stacks[ID].frames[K] pages through
 // the whole name.
 func TestHugeStringsBounded(t *testing.T) {
-	const n = 2 << 20
+	const n = 1 << 20
 	dir := t.TempDir()
 	path := writeSnap(t, dir, "huge.pickle", hugeNames(n))
 	c := newClient(t, Config{Roots: []string{dir}})
