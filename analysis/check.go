@@ -66,7 +66,9 @@ type CheckResult struct {
 	Baseline string        `json:"baseline,omitempty"`
 	Pass     bool          `json:"pass"`
 	Budgets  []CheckBudget `json:"budgets"`
-	Notes    []string      `json:"notes"`
+	// DevicesOmitted counts the devices checked whose budgets are not listed.
+	DevicesOmitted int      `json:"devices_omitted,omitempty"`
+	Notes          []string `json:"notes"`
 }
 
 // deviceLevels are the numbers a gate compares on one device.
@@ -197,7 +199,41 @@ func Check(ctx context.Context, snap *snapshot.Snapshot, opt CheckOptions) (*Che
 			r.Notes = append(r.Notes, fmt.Sprintf("device %d has no trace: the peak budgets are checked against the final state (record history with torch.cuda.memory._record_memory_history to gate the real peak)", dev))
 		}
 	}
+	r.listDevices(len(devs))
 	return r, nil
+}
+
+// listDevices keeps the budgets of at most MaxListedDevices devices (those failing a budget
+// first, then the largest by value) and at most as many notes; pass stays the verdict over
+// every device, and DevicesOmitted counts the devices left out.
+func (r *CheckResult) listDevices(ndev int) {
+	var order []int
+	byDev := map[int][]CheckBudget{}
+	for _, b := range r.Budgets {
+		if _, ok := byDev[b.Device]; !ok {
+			order = append(order, b.Device)
+		}
+		byDev[b.Device] = append(byDev[b.Device], b)
+	}
+	keep := listedDevices(len(order), func(i int) deviceRank {
+		var k deviceRank
+		for _, b := range byDev[order[i]] {
+			k.oom = k.oom || !b.Pass
+			k.peak = max(k.peak, b.ValueBytes)
+		}
+		return k
+	}, MaxListedDevices)
+	if n := len(order) - len(keep); n > 0 {
+		r.Budgets = r.Budgets[:0:0]
+		for _, i := range keep {
+			r.Budgets = append(r.Budgets, byDev[order[i]]...)
+		}
+		r.DevicesOmitted = n
+		if len(r.Notes) > MaxListedDevices {
+			r.Notes = append(r.Notes[:MaxListedDevices:MaxListedDevices], fmt.Sprintf("%d more notes like these are left out", len(r.Notes)-MaxListedDevices))
+		}
+		r.Notes = append(r.Notes, devicesOmittedNote(n, ndev, "a failing budget"))
+	}
 }
 
 // budget compares one level with its limit and names the top site at that moment; shown is the

@@ -154,7 +154,7 @@ func isStateEvent(a snapshot.Action) bool {
 func finalFreeState(snap *snapshot.Snapshot, roles *Roles, dev int, small bool, stream uint64, limit int) freeState {
 	var fs freeState
 	rows := newOOMRows(snap)
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(dev) {
 		s := &snap.Segments[si]
 		if s.Device != dev {
 			continue
@@ -578,7 +578,7 @@ func usesExpandable(snap *snapshot.Snapshot, dev int) bool {
 	if a := &snap.TraceIndex(dev).Tally.Actions; a[snapshot.ActionSegmentMap]+a[snapshot.ActionSegmentUnmap] > 0 {
 		return true
 	}
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(dev) {
 		if snap.Segments[si].Device == dev && snap.Segments[si].IsExpandable {
 			return true
 		}

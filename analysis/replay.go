@@ -15,6 +15,8 @@ type ReplayOptions struct {
 	Device      int                `json:"device"`
 	Limit       int                `json:"limit"` // list length bound; 0 means 10
 	Attribution AttributionOptions `json:"attribution"`
+	// StagesOffset is the first stage listed (stages are paged by it and Limit).
+	StagesOffset int `json:"stages_offset,omitempty"`
 }
 
 // ActionCount is the number of trace events of one action.
@@ -146,6 +148,11 @@ type ReplayResult struct {
 	// allocated bytes at start, peak and end (at most 300; StagesTotal counts them all).
 	Stages      []Stage `json:"stages"`
 	StagesTotal int     `json:"stages_total"`
+	// StagesOffset and StagesNextOffset: stages holds stages [offset, next) of stages_total.
+	StagesOffset     int `json:"stages_offset"`
+	StagesNextOffset int `json:"stages_next_offset"`
+	// StagePeaks is the stage with the highest peak of each kind, over every stage.
+	StagePeaks []Stage `json:"stage_peaks,omitempty"`
 	// OptimizerAdvice is set only when an optimizer step sets the peak and its temporaries and
 	// re-allocated state are material there.
 	OptimizerAdvice string `json:"optimizer_advice,omitempty"`
@@ -318,7 +325,7 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 	// Sized up front: a long trace's final state has a hundred thousand blocks or more, which
 	// slices grown by append would copy and leave behind several times over.
 	nLive := 0
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		if s := &snap.Segments[si]; s.Device == device {
 			for bi := range s.Blocks {
 				if s.Blocks[bi].State != snapshot.StateInactive {
@@ -334,7 +341,7 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 	for i := range sd.finalID {
 		sd.finalID[i] = -1
 	}
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		s := &snap.Segments[si]
 		if s.Device != device {
 			continue
@@ -397,7 +404,7 @@ func newEngineSeed(snap *snapshot.Snapshot, device int) *engineSeed {
 	}
 	// Segments alive before the trace: in the final state without a segment event first, or
 	// first seen freed.
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		s := &snap.Segments[si]
 		if s.Device != device {
 			continue
@@ -1067,6 +1074,7 @@ func replayDevice(ctx context.Context, snap *snapshot.Snapshot, roles *Roles, op
 		r.SegmentBursts = segmentBursts(snap, roles, dev)
 	}
 	r.Notes = replayNotes(snap, roles, dev, e, r, w.hasSegEvents)
+	r.pageStages(opt.StagesOffset, limit)
 	return r, nil
 }
 
@@ -1671,7 +1679,7 @@ func (r *ReplayResult) Text() string {
 	if r.OptimizerAdvice != "" {
 		fmt.Fprintf(&b, "  %s\n", r.OptimizerAdvice)
 	}
-	b.WriteString(stagesText(r.Stages, r.StagesTotal))
+	b.WriteString(stagesListText(r))
 	if d := r.DelayedFrees; d.Count > 0 || d.PendingAtEnd > 0 {
 		fmt.Fprintf(&b, "  %d delayed frees (%s, up to %d events later) on streams %s: blocks used on another stream (record_stream); %d still pending at the end\n",
 			d.Count, FormatBytes(d.Bytes), d.MaxDelayEvents, strings.Join(d.Streams, ", "), d.PendingAtEnd)
@@ -1741,7 +1749,7 @@ func traceSizesAreRequested(snap *snapshot.Snapshot, device int, oddAllocSize bo
 	if oddAllocSize {
 		return true
 	}
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(device) {
 		if s := &snap.Segments[si]; s.Device == device {
 			for _, b := range s.Blocks {
 				if b.State == snapshot.StateInactive {

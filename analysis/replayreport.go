@@ -14,6 +14,10 @@ import (
 type ReplayReport struct {
 	Path    string          `json:"path"`
 	Devices []*ReplayResult `json:"devices"`
+	// DevicesOmitted counts the devices replayed but not listed (at most MaxListedDevices).
+	DevicesOmitted int `json:"devices_omitted,omitempty"`
+	// Notes says what was left out.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Text renders every device's replay, one after the other.
@@ -25,7 +29,11 @@ func (r *ReplayReport) Text() string {
 	for i, d := range r.Devices {
 		parts[i] = d.Text()
 	}
-	return strings.Join(parts, "")
+	out := strings.Join(parts, "")
+	for _, n := range r.Notes {
+		out += "note: " + n + "\n"
+	}
+	return out
 }
 
 // ReplaySnapshot replays one device of snap when device is non-nil (opt.Device is ignored), else
@@ -45,6 +53,13 @@ func ReplaySnapshot(ctx context.Context, snap *snapshot.Snapshot, device *int, o
 			return nil, err
 		}
 		out.Devices = rs
+		keep := listedDevices(len(rs), func(i int) deviceRank {
+			return deviceRank{oom: rs[i].OOMEvents > 0, peak: rs[i].PeakReservedBytes}
+		}, MaxListedDevices)
+		if n := len(rs) - len(keep); n > 0 {
+			out.Devices, out.DevicesOmitted = keepListed(rs, keep), n
+			out.Notes = append(out.Notes, devicesOmittedNote(n, len(rs), "an OOM"))
+		}
 		return out, nil
 	}
 	devs := snap.Devices()

@@ -893,7 +893,7 @@ func (r *Roles) workload(dev int, d *deviceRoles) (string, string) {
 			look(snapshot.StackID(k-1), n)
 		}
 	}
-	for si := range r.snap.Segments {
+	for _, si := range r.snap.SegmentsOn(dev) {
 		s := &r.snap.Segments[si]
 		if s.Device != dev {
 			continue

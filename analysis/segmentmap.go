@@ -91,7 +91,7 @@ func roundBlock(n int64) int64 { return (n + 511) / 512 * 512 }
 func rebuildSegments(e *engine, snap *snapshot.Snapshot, dev int) rebuilt {
 	final := map[uint64]*snapshot.Segment{}
 	var r rebuilt
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(dev) {
 		s := &snap.Segments[si]
 		if s.Device == dev {
 			final[s.Address] = s

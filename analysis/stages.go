@@ -8,8 +8,9 @@ import (
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
-// maxStages bounds ReplayResult.Stages (a long trace has three per step).
-const maxStages = 300
+// maxStages bounds the stages a replay keeps to page through (a long trace has three per
+// step; each costs about 100 bytes); StagesTotal counts them all.
+const maxStages = 1 << 20
 
 // Stage is one forward pass, backward pass or optimizer step of a device's trace.
 type Stage struct {

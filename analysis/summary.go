@@ -151,9 +151,11 @@ type Summary struct {
 	// DeviceBalance puts the devices of the file side by side (nil with fewer than two
 	// devices holding memory, or for one device asked for).
 	DeviceBalance *DeviceBalance `json:"device_balance,omitempty"`
-	CannotAnswer  string         `json:"cannot_answer"`
-	Notes         []string       `json:"notes"`
-	rankDevices   []int          // rank of each Devices entry, for the text
+	// DevicesOmitted counts the devices left out of devices (at most MaxListedDevices listed).
+	DevicesOmitted int      `json:"devices_omitted"`
+	CannotAnswer   string   `json:"cannot_answer"`
+	Notes          []string `json:"notes"`
+	rankDevices    []int    // rank of each Devices entry, for the text
 }
 
 // Summarize computes the summary of one snapshot.
@@ -212,6 +214,14 @@ func Summarize(ctx context.Context, snap *snapshot.Snapshot, opt SummaryOptions)
 			s.Notes = append(s.Notes, deviceImbalance(s.Devices)...)
 		}
 	}
+	keep := listedDevices(len(s.Devices), func(i int) deviceRank {
+		d := &s.Devices[i]
+		return deviceRank{oom: d.OOMs > 0, peak: max(d.ReservedBytes, d.Trace.PeakReservedBytes)}
+	}, MaxListedDevices)
+	if n := len(s.Devices) - len(keep); n > 0 {
+		s.Devices, s.DevicesOmitted = keepListed(s.Devices, keep), n
+		s.Notes = append(s.Notes, devicesOmittedNote(n, n+len(keep), "an OOM"))
+	}
 	return s, nil
 }
 
@@ -261,7 +271,7 @@ func summarizeDevice(snap *snapshot.Snapshot, dev int, opt SummaryOptions) Devic
 		typ    string
 	}
 	pools := map[key]*PoolSummary{}
-	for i := range snap.Segments {
+	for _, i := range snap.SegmentsOn(dev) {
 		seg := &snap.Segments[i]
 		if seg.Device != dev {
 			continue
@@ -624,7 +634,7 @@ func replayPeaks(snap *snapshot.Snapshot, dev int) peaks {
 		return t.LastAlloc(id)
 	})
 	var finalRes int64
-	for si := range snap.Segments {
+	for _, si := range snap.SegmentsOn(dev) {
 		seg := &snap.Segments[si]
 		if seg.Device != dev {
 			continue

@@ -1249,5 +1249,11 @@ func (r *TimelineResult) Bounded(maxColumns, maxSteps, maxPhases int) *TimelineR
 		out.Phases = r.Phases[:maxPhases]
 		out.Notes = append(out.Notes, fmt.Sprintf("%d phase runs in the window; the first %d are listed", len(r.Phases), maxPhases))
 	}
+	// Segment-release bursts share the phases' bound: a run of cache flushes (the llama file's
+	// 39) would otherwise fill an agent-sized answer on its own.
+	if len(r.SegmentBursts) > maxPhases && maxPhases >= 0 {
+		out.SegmentBursts = r.SegmentBursts[:maxPhases]
+		out.Notes = append(out.Notes, fmt.Sprintf("%d segment-release bursts in the window; the first %d are listed", len(r.SegmentBursts), maxPhases))
+	}
 	return &out
 }

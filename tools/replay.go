@@ -13,7 +13,8 @@ import (
 type ReplayInput struct {
 	Path     string          `json:"path" jsonschema:"description=Snapshot file recorded with history on (_record_memory_history: device_traces holds the events); absolute or relative to the server's first root"`
 	Device   *int            `json:"device,omitempty" jsonschema:"description=Only this CUDA device (default: every device with segments or trace events),minimum=0"`
-	Limit    int             `json:"limit,omitempty" jsonschema:"description=Sites listed per section (peak sites\\, delayed-free sites\\, repeating sites\\, GC-freed sites)\\, largest first (default 10),minimum=1,maximum=100,default=10"`
+	Limit    int             `json:"limit,omitempty" jsonschema:"description=Items listed per section (peak sites\\, delayed-free sites\\, repeating sites\\, GC-freed sites\\, stages)\\, largest first (default 10),minimum=1,maximum=100,default=10"`
+	Offset   int             `json:"offset,omitempty" jsonschema:"description=First stage listed (stages are paged by offset and limit; stages_next_offset continues),minimum=0,default=0"`
 	UserRoot []string        `json:"user_root,omitempty" jsonschema:"description=Directories of the user's own code: the innermost frame under one of them is the site (like the CLI's --user-root)"`
 	Skip     []string        `json:"skip,omitempty" jsonschema:"description=Regular expressions on file:function: matching frames are never the site (like --skip)"`
 	Keep     []string        `json:"keep,omitempty" jsonschema:"description=Regular expressions on file:function: matching frames count as the user's code even inside site-packages or torch (like --keep)"`
@@ -51,7 +52,7 @@ func replayTool(e *env) (server.ServerTool, error) {
 			if err != nil {
 				return nil, err
 			}
-			opt := analysis.ReplayOptions{Limit: in.Limit, Attribution: analysis.AttributionOptions{UserRoots: in.UserRoot, Skip: in.Skip, Keep: in.Keep, Rules: rules}}
+			opt := analysis.ReplayOptions{Limit: in.Limit, StagesOffset: in.Offset, Attribution: analysis.AttributionOptions{UserRoots: in.UserRoot, Skip: in.Skip, Keep: in.Keep, Rules: rules}}
 			if opt.Limit <= 0 {
 				opt.Limit = replayDefaultLimit
 			}

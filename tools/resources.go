@@ -27,6 +27,13 @@ func addResources(s *server.MCPServer, e *env) {
 		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 			return []mcp.ResourceContents{mcp.TextResourceContents{URI: GuideURI, MIMEType: "text/markdown", Text: prompts.Guide}}, nil
 		})
+	doc := resultsDoc(e.fullOutput, ToolNames)
+	s.AddResource(mcp.NewResource(ResultsDocURI, "memsnap answer fields",
+		mcp.WithResourceDescription("What every field of every tool's structuredContent means"),
+		mcp.WithMIMEType("text/markdown")),
+		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: ResultsDocURI, MIMEType: "text/markdown", Text: doc}}, nil
+		})
 	addSectionTemplate(s, e)
 }
 

@@ -25,6 +25,8 @@ type roots struct {
 	// /private/tmp): a path the agent writes under one passes the first, lexical check; the
 	// file it names must still lie under a resolved root.
 	written []string
+	// writtenReal[i] is written[i] resolved (one of static).
+	writtenReal []string
 
 	mu      sync.Mutex
 	session map[string][]string // session id -> client roots (resolved)
@@ -47,6 +49,7 @@ func newRoots(dirs []string) (*roots, error) {
 		r.static = append(r.static, abs)
 		if w, err := filepath.Abs(d); err == nil && w != abs {
 			r.written = append(r.written, w)
+			r.writtenReal = append(r.writtenReal, abs)
 		}
 	}
 	return r, nil
@@ -169,22 +172,106 @@ func (r *roots) resolve(ctx context.Context, path, field string) (string, error)
 		return userErrorf("%s %q is outside the directories this server may read (%s). Give a path under one of them, or restart `memsnap serve` with --root DIR for the directory that holds the snapshot",
 			field, arg, clip(strings.Join(allowed, ", "), 2*maxEchoedPath))
 	}
-	// First as written (no file system access for a path outside every root), then as the file
-	// system resolves it.
+	// First as written (no file system access for a path outside every root), then link by
+	// link: a link whose target lies outside every root gets the same answer whatever the
+	// target is (missing, a file, a directory), before anything about it is looked at.
 	if !underAny(p, allowed) && !underAny(p, r.written) {
 		return "", outside()
 	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", userErrorf("%s %q: no such file. Check the path (relative paths are resolved against %s); list the directory to find the snapshot (.pickle, .pkl, .json, .gz)", field, arg, r.static[0])
-		}
+	real, err := r.walk(p, allowed)
+	switch {
+	case errors.Is(err, errOutside):
+		return "", outside()
+	case errors.Is(err, os.ErrNotExist):
+		return "", userErrorf("%s %q: no such file. Check the path (relative paths are resolved against %s); list the directory to find the snapshot (.pickle, .pkl, .json, .gz)", field, arg, r.static[0])
+	case err != nil:
 		return "", userErrorf("%s %q: %v", field, arg, clip(err.Error(), maxEchoedPath))
 	}
-	if !underAny(real, allowed) {
-		return "", outside()
-	}
 	return real, nil
+}
+
+// errOutside is a path whose resolution leaves the roots.
+var errOutside = errors.New("outside the roots")
+
+// maxLinks bounds the symbolic links one resolution follows (as Linux's ELOOP does at 40).
+const maxLinks = 40
+
+// walk resolves p (absolute, clean, lexically under a root or a root as written) component by
+// component from the root that holds it, with Lstat and Readlink only: every path it looks at
+// lies under an allowed root, and a link pointing outside them is errOutside before its
+// target is touched.
+func (r *roots) walk(p string, allowed []string) (string, error) {
+	cur, rest := "", ""
+	for _, d := range allowed {
+		if within(p, d) && len(d) > len(cur) {
+			cur = d
+		}
+	}
+	if cur == "" {
+		for i, w := range r.written {
+			if within(p, w) {
+				cur, p = r.writtenReal[i], filepath.Join(r.writtenReal[i], strings.TrimPrefix(p, w))
+				break
+			}
+		}
+	}
+	if cur == "" {
+		return "", errOutside
+	}
+	rest = strings.TrimPrefix(strings.TrimPrefix(p, cur), string(filepath.Separator))
+	links := 0
+	for rest != "" {
+		var c string
+		c, rest, _ = strings.Cut(rest, string(filepath.Separator))
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			if !underAny(cur, allowed) {
+				return "", errOutside
+			}
+			continue
+		}
+		next := filepath.Join(cur, c)
+		st, err := os.Lstat(next)
+		if err != nil {
+			return "", err
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			if rest != "" && !st.IsDir() {
+				return "", fmt.Errorf("%s is not a directory", filepath.Base(next))
+			}
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("more than %d symbolic links", maxLinks)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(cur, target)
+		}
+		target = filepath.Clean(target)
+		root := ""
+		for _, d := range allowed {
+			if within(target, d) && len(d) > len(root) {
+				root = d
+			}
+		}
+		if root == "" {
+			return "", errOutside
+		}
+		cur = root
+		rest = filepath.Join(strings.TrimPrefix(strings.TrimPrefix(target, root), string(filepath.Separator)), rest)
+	}
+	if !underAny(cur, allowed) {
+		return "", errOutside
+	}
+	return cur, nil
 }
 
 func underAny(p string, dirs []string) bool {

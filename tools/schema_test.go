@@ -101,7 +101,9 @@ func TestSchemas(t *testing.T) {
 			if root["type"] != "object" {
 				t.Errorf("%s %s root type %v", tool.Name, kind, root["type"])
 			}
-			checkDescribed(t, tool.Name+" "+kind, root)
+			if kind == "input" {
+				checkDescribed(t, tool.Name+" "+kind, root)
+			}
 			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 			if err != nil {
 				t.Fatal(err)
@@ -130,6 +132,25 @@ func TestSchemas(t *testing.T) {
 			if !strings.Contains(in[tool], w) {
 				t.Errorf("%s input schema lacks %s: %s", tool, w, in[tool])
 			}
+		}
+	}
+}
+
+// TestResultsDocDescribesEveryField: the results resource describes every field of every
+// tool's full output schema (tools/list carries structure only).
+func TestResultsDocDescribesEveryField(t *testing.T) {
+	_, e := newTestServer(t, Config{})
+	for name, full := range e.fullOutput {
+		var root map[string]any
+		if err := json.Unmarshal(full, &root); err != nil {
+			t.Fatal(err)
+		}
+		checkDescribed(t, name+" output", root)
+	}
+	doc := resultsDoc(e.fullOutput, ToolNames)
+	for _, want := range []string{"## replay\n", "- `devices[].delayed_frees.bytes`: ", "- `sites[].site`: "} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("results doc lacks %q", want)
 		}
 	}
 }

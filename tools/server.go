@@ -20,6 +20,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/bound"
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 	"github.com/memsnap/memsnap/catalog"
@@ -73,6 +74,8 @@ type env struct {
 	maxText       int
 	maxStructured int
 	callTimeout   time.Duration
+	// fullOutput is each tool's output schema with its descriptions (ResultsDocURI).
+	fullOutput map[string]json.RawMessage
 }
 
 // NewServer builds the memsnap MCP server with its tools, prompts and resources.
@@ -89,7 +92,8 @@ func newServer(cfg Config) (*server.MCPServer, *env, error) {
 	}
 	rs.clientRootsOn = cfg.ClientRoots
 	e := &env{cache: NewCache(cfg.CacheBytes, cfg.Loader), memo: newMemo(64), roots: rs,
-		maxText: cfg.MaxTextBytes, maxStructured: cfg.MaxStructuredBytes, callTimeout: cfg.CallTimeout}
+		maxText: cfg.MaxTextBytes, maxStructured: cfg.MaxStructuredBytes, callTimeout: cfg.CallTimeout,
+		fullOutput: map[string]json.RawMessage{}}
 	if e.maxText <= 0 {
 		e.maxText = DefaultMaxTextBytes
 	}
@@ -173,10 +177,18 @@ func declare[In any, Out texter](e *env, name, title, description string, run fu
 	if err != nil {
 		return server.ServerTool{}, err
 	}
-	outSchema, err := schemaFor(reflect.TypeFor[Out]())
+	fullOut, err := schemaFor(reflect.TypeFor[Out]())
 	if err != nil {
 		return server.ServerTool{}, err
 	}
+	outSchema, err := compactOutput(fullOut)
+	if err != nil {
+		return server.ServerTool{}, fmt.Errorf("%s output schema: %w", name, err)
+	}
+	if e.fullOutput == nil {
+		e.fullOutput = map[string]json.RawMessage{}
+	}
+	e.fullOutput[name] = fullOut
 	validate, err := newArgsValidator(name, inSchema, reflect.TypeFor[In]())
 	if err != nil {
 		return server.ServerTool{}, err
@@ -215,6 +227,8 @@ func declare[In any, Out texter](e *env, name, title, description string, run fu
 		if err != nil {
 			return fail(errorText(name, err))
 		}
+		// Every string cut to a bound (a copy: out may be a memoized answer other calls read).
+		out = bound.Strings(out)
 		return mcp.NewToolResultStructured(out, capText(out.Text(), e.maxText)), nil
 	}
 	return server.ServerTool{Tool: tool, Handler: handler}, nil

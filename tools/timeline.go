@@ -33,11 +33,12 @@ type TimelineInput struct {
 const maxImageBytes = 200 << 10
 
 // Bounds of the numbers the tool answers beside the picture: the envelope merged into at most
-// this many columns, this many step starts listed (evenly spaced, with a summary) and phase runs.
+// this many columns, this many step starts listed (evenly spaced, with a summary), and this many
+// phase runs and segment-release bursts.
 const (
-	maxAnswerColumns = 200
+	maxAnswerColumns = 40
 	maxAnswerSteps   = 20
-	maxAnswerPhases  = 60
+	maxAnswerPhases  = 16
 )
 
 // imageSizes are tried in turn until the PNG fits maxImageBytes.
@@ -58,7 +59,7 @@ type timelineKey struct {
 
 func timelineTool(e *env) (server.ServerTool, error) {
 	st, err := declare(e, "timeline", "Draw memory over time or the segment map",
-		"A picture of the snapshot as a PNG image, plus the numbers it shows in structuredContent (so the facts do not depend on reading the image). kind timeline (default): allocated memory over the trace, stacked in bands by site (the top sites by their highest level in the window, each a shade of its role's colour; the rest as one gray band), reserved memory as a black line, markers for the peak, each OOM (red line), step starts (dotted) and segment-release bursts (triangles: empty_cache() calls, cache flushes after a failed cudaMalloc); each pixel column keeps the minimum and maximum of its events (pale above the minimum), so no peak is smoothed away and a sawtooth shows; a strip shows the phases (setup, forward, backward, optimizer, OOM unwinding). The default device is the one with an OOM, else the highest allocated peak; device_note says what the other devices hold. Numbers: peak_allocated_bytes and peak_event, bands with bytes_at_peak and role, ooms, steps (start events summarised), phases, segment_bursts, envelope (at most 200 columns of min/max allocated bytes). kind segments: every segment of the final state (or at=EVENT, rebuilt by replay) as a bar, blocks coloured by role when allocated, dark red when freed but used by another stream, light gray when cached free; numbers: reserved/allocated/pending/inactive bytes, largest free block, bytes by role. Use it to see the shape of memory (sawtooth, growth per step, a spike before an OOM, fragmentation) before reading replay or oom-report. kind timeline needs a trace; state-only files draw with kind segments.",
+		"A picture of the snapshot as a PNG image, plus the numbers it shows in structuredContent. kind timeline (default): allocated memory over the trace, stacked in bands by site (the top sites by their highest level in the window, each a shade of its role's colour; the rest as one gray band), reserved memory as a black line, markers for the peak, each OOM (red line), step starts (dotted) and segment-release bursts (triangles: empty_cache() calls, cache flushes after a failed cudaMalloc); each pixel column keeps the minimum and maximum of its events (pale above the minimum), so no peak is smoothed away and a sawtooth shows; a strip shows the phases (setup, forward, backward, optimizer, OOM unwinding). The default device is the one with an OOM, else the highest allocated peak; device_note says what the other devices hold. Numbers: peak_allocated_bytes and peak_event, bands with bytes_at_peak and role, ooms, steps (start events summarised), phases, segment_bursts, envelope (at most 40 columns of min/max allocated bytes). kind segments: every segment of the final state (or at=EVENT, rebuilt by replay) as a bar, blocks coloured by role when allocated, dark red when freed but used by another stream, light gray when cached free; numbers: reserved/allocated/pending/inactive bytes, largest free block, bytes by role. Use it to see the shape of memory (sawtooth, growth per step, a spike before an OOM, fragmentation) before reading replay or oom-report. kind timeline needs a trace; state-only files draw with kind segments.",
 		func(ctx context.Context, in TimelineInput) (*pictureOut, error) {
 			for _, p := range []struct {
 				field string

@@ -75,6 +75,10 @@ func TestTimelineTool(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if want.Timeline != nil {
+				// The tool answers the bounded numbers, and its text is rendered from them.
+				want.Timeline = want.Timeline.Bounded(maxAnswerColumns, maxAnswerSteps, maxAnswerPhases)
+			}
 			if textOf(res) != want.Text() {
 				t.Errorf("text:\n%s\nwant:\n%s", textOf(res), want.Text())
 			}

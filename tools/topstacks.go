@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/bound"
 )
 
 // TopStacksInput is the top-stacks tool's input.
@@ -50,12 +51,13 @@ func topStacksTool(e *env) (server.ServerTool, error) {
 			if err != nil {
 				return nil, err
 			}
-			return capSites(r, e.maxStructured), nil
+			// Strings cut first, so the cap counts what is sent.
+			return capSites(bound.Strings(r), e.maxStructured), nil
 		})
 }
 
 // capSites returns r, or when its JSON is over max bytes a copy that keeps only the largest
-// groups that fit (at least one), with a note that says so: group_by stack with a high limit
+// groups that fit (none when even the largest does not), with a note that says so: group_by stack with a high limit
 // can otherwise reach 100 KB of structuredContent while the text is capped.
 func capSites(r *analysis.TopStacksResult, max int) *analysis.TopStacksResult {
 	full, err := json.Marshal(r)
@@ -77,7 +79,7 @@ func capSites(r *analysis.TopStacksResult, max int) *analysis.TopStacksResult {
 	size, n := len(base), 0
 	for n < len(r.Sites) {
 		site, err := json.Marshal(r.Sites[n])
-		if err != nil || (n > 0 && size+len(site)+1 > max) {
+		if err != nil || size+len(site)+1 > max {
 			break
 		}
 		size += len(site) + 1

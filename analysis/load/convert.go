@@ -52,6 +52,8 @@ type converter struct {
 	bigText       map[*big.Int]string
 	// indexes are the trace indexes the decoder built (pickle.EventList.Index).
 	indexes []*snapshot.TraceIndex
+	// indexByFirst finds indexes by their trace's first event (indexOf).
+	indexByFirst map[*snapshot.Event]*snapshot.TraceIndex
 }
 
 func newConverter(in *snapshot.Interner, extras []snapshot.EventExtra, maxEvents int) *converter {
@@ -222,10 +224,8 @@ func (c *converter) snapshot(root any, format snapshot.Format) (*snapshot.Snapsh
 	s.Frames, s.Stacks, s.EventExtras = c.in.Frames, c.in.Stacks, c.extras
 	byDev := map[int]*snapshot.TraceIndex{}
 	for d, evs := range s.DeviceTraces {
-		for _, x := range c.indexes {
-			if x.Indexes(evs) {
-				byDev[d] = x
-			}
+		if x := c.indexOf(evs); x != nil {
+			byDev[d] = x
 		}
 	}
 	s.KeepTraceIndexes(byDev)
@@ -461,6 +461,12 @@ func (c *converter) trace(v any) ([]snapshot.Event, int64, error) {
 	case pickle.EventList:
 		if l.Index != nil {
 			c.indexes = append(c.indexes, l.Index)
+			if f := l.Index.First(); f != nil {
+				if c.indexByFirst == nil {
+					c.indexByFirst = map[*snapshot.Event]*snapshot.TraceIndex{}
+				}
+				c.indexByFirst[f] = l.Index
+			}
 		}
 		return l.Events, l.Dropped, nil
 	case []any:
@@ -575,14 +581,24 @@ func annotation(v any) (snapshot.Annotation, error) {
 	return a, errs.err
 }
 
+// indexOf returns the decoder's index of exactly evs, or nil. The indexes are found by their
+// trace's first event, so a file of many devices costs one lookup per device, not one per
+// device and index.
+func (c *converter) indexOf(evs []snapshot.Event) *snapshot.TraceIndex {
+	if len(evs) == 0 {
+		return nil
+	}
+	if x := c.indexByFirst[&evs[0]]; x != nil && x.Indexes(evs) {
+		return x
+	}
+	return nil
+}
+
 // checkTrace is checkEvents from the tally of the trace's index, when the decoder built one
 // (it tallies the values while it decodes); a trace the tally does not clear is checked event
 // by event, for the error's place and words.
 func (c *converter) checkTrace(evs []snapshot.Event, total *int64) error {
-	for _, x := range c.indexes {
-		if !x.Indexes(evs) {
-			continue
-		}
+	if x := c.indexOf(evs); x != nil {
 		t := &x.Tally
 		if t.MinSize >= 0 && t.MaxSize <= maxBytes && t.MaxOOMSize <= maxTraceBytes &&
 			t.MinDeviceFree >= 0 && t.MaxDeviceFree <= maxBytes && t.MinTimeUS >= 0 && t.MaxTimeUS <= maxTime &&
@@ -590,7 +606,6 @@ func (c *converter) checkTrace(evs []snapshot.Event, total *int64) error {
 			*total += t.SizeSum
 			return nil
 		}
-		break
 	}
 	return checkEvents(evs, total)
 }
@@ -783,8 +798,18 @@ func toInt(v any) (int64, error) {
 		if t := strings.TrimPrefix(string(x), "-"); t != "" && strings.Trim(t, "0123456789") == "" {
 			return 0, errTooBig{x}
 		}
+		// Say what was found (1.5e3, 1e999), not its type: JSON has one number type.
+		return 0, fmt.Errorf("is %s, not an integer", clipNumber(string(x)))
 	}
 	return 0, fmt.Errorf("is a %s, not an integer", typeName(v))
+}
+
+// clipNumber cuts a number's text for an error message.
+func clipNumber(s string) string {
+	if len(s) <= 40 {
+		return s
+	}
+	return s[:37] + "..."
 }
 
 // toUint reads any non-negative 64-bit integer form (addresses, streams).
@@ -911,7 +936,7 @@ func computeCaps(s *snapshot.Snapshot) {
 			continue // (once incomplete, nothing below changes it)
 		}
 	blocks:
-		for si := range s.Segments {
+		for _, si := range s.SegmentsOn(dev) {
 			seg := &s.Segments[si]
 			if seg.Device != dev {
 				continue

@@ -293,18 +293,24 @@ func Reader(ctx context.Context, r io.Reader, name string, size int64, opt Optio
 		return nil, fail(-1, nil, "empty file")
 	}
 	var s *snapshot.Snapshot
-	switch c := skipSpace(inner); {
+	switch c, skipped := skipSpace(inner); {
 	case c == '{' || c == '[':
 		format.Encoding = "json"
 		s, err = decodeJSON(ctx, inner, format, opt)
 		if err != nil {
 			return nil, fail(-1, err, "%v", err)
 		}
-	case first[0] == 0x80 || first[0] == '(' || first[0] == '}' || first[0] == ']':
+	case skipped == 0 && (c == 0x80 || c == '(' || c == '}' || c == ']'):
 		format.Encoding = "pickle"
 		res, err := pickle.Decode(ctx, inner, pickle.Options{MaxEvents: opt.MaxTraceEvents, Index: true})
 		return fromPickle(ctx, res, err, name, format, opt)
 	default:
+		if skipped > 0 && c == 0 {
+			return nil, fail(skipped, nil, "not a snapshot: %d bytes of whitespace and nothing else", skipped)
+		}
+		if skipped > 0 {
+			return nil, fail(skipped, nil, "not a snapshot: neither a pickle nor JSON (first byte after %d bytes of whitespace 0x%02x)", skipped, c)
+		}
 		return nil, fail(0, nil, "not a snapshot: neither a pickle nor JSON (first byte 0x%02x)", first[0])
 	}
 	s.Path = name
@@ -357,22 +363,32 @@ func pickleMsg(pe *pickle.Error, gz bool) string {
 	return "reading the input: " + pe.Msg
 }
 
-// skipSpace peeks past leading whitespace (JSON may start with it) and returns the first
-// non-space byte, or 0.
-func skipSpace(r *bufio.Reader) byte {
-	for i := 1; i <= 4096; i++ {
-		b, err := r.Peek(i)
-		if err != nil || len(b) < i {
-			return 0
+// skipSpace discards leading whitespace (JSON may start with it) and returns the first
+// non-space byte (0 at the end of the input) and how many bytes it discarded.
+func skipSpace(r *bufio.Reader) (byte, int64) {
+	// JSON may start with any amount of whitespace (RFC 8259 §2): discard it in buffer-sized
+	// steps, so a file padded with megabytes of it is still read (in time linear in its size).
+	var skipped int64
+	for {
+		b, err := r.Peek(1)
+		if err != nil || len(b) == 0 {
+			return 0, skipped
 		}
-		switch b[i-1] {
-		case ' ', '\t', '\r', '\n':
-			continue
+		buf, _ := r.Peek(r.Buffered())
+		n := 0
+		for n < len(buf) && isJSONSpace(buf[n]) {
+			n++
 		}
-		return b[i-1]
+		if n < len(buf) {
+			_, _ = r.Discard(n)
+			return buf[n], skipped + int64(n)
+		}
+		_, _ = r.Discard(n)
+		skipped += int64(n)
 	}
-	return 0
 }
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 func decodeJSON(ctx context.Context, r io.Reader, format snapshot.Format, opt Options) (*snapshot.Snapshot, error) {
 	dec := json.NewDecoder(r)
@@ -397,6 +413,30 @@ func decodeJSON(ctx context.Context, r io.Reader, format snapshot.Format, opt Op
 // streamJSON reads a JSON snapshot. The device traces, which hold nearly all of a large file
 // (JSON repeats every frame of every event), are converted one event at a time, so memory
 // follows the typed model rather than a generic tree of the whole document.
+// skipJSONValue reads past one value token by token: the decoder keeps no more than a token
+// of it buffered (json.RawMessage would hold the whole value, twice while its buffer grows).
+func skipJSONValue(dec *json.Decoder) error {
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+		if depth == 0 {
+			return nil
+		}
+	}
+}
+
+// jsonTopKeys are the top-level keys the converter reads besides device_traces.
+var jsonTopKeys = map[string]bool{"segments": true, "allocator_settings": true, "external_annotations": true}
+
 func (c *converter) streamJSON(ctx context.Context, dec *json.Decoder) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
@@ -427,6 +467,16 @@ func (c *converter) streamJSON(ctx context.Context, dec *json.Decoder) (any, err
 			if top[key], err = c.streamTraces(ctx, dec); err != nil {
 				return nil, err
 			}
+			continue
+		}
+		if !jsonTopKeys[key] {
+			// A key memsnap does not read is skipped, not built: a 48 MB junk value costs its
+			// raw bytes once, not a tree of maps and slices 30 times its size. The key stays,
+			// for the message of a file without segments.
+			if err := skipJSONValue(dec); err != nil {
+				return nil, err
+			}
+			top[key] = nil
 			continue
 		}
 		var v any

@@ -204,6 +204,7 @@ type eventList struct {
 	dropped   int64 // events dropped from the front by Options.MaxEvents
 	published int   // events[:published] were handed to the indexer
 	start     int64 // the input offset where the list began
+	grown     bool  // growEvents has grown it
 }
 
 const (
@@ -226,23 +227,25 @@ const (
 )
 
 type decoder struct {
-	src      io.Reader
-	buf      []byte // buf[pos:end] is read but not yet decoded
-	pos, end int
-	base     int64 // input offset of buf[0]
-	srcDone  bool  // src returned EOF or an error
-	inPlace  bool  // buf is the whole input, owned by the caller (DecodeBytes)
-	srcErr   error // the error src returned, unless it was an end of input
-	opAt     int64 // offset of the opcode being executed
-	stack    []val
-	marks    []int
-	memo     memoTable
-	memoHi   map[uint64]val
-	objs     []object
-	strs     []string
-	keys     []keyCode // key code of each string in strs
-	bigs     []*big.Int
-	blocks   blockStore
+	// roomyLists counts the trace lists growEvents gave room by the bytes read.
+	roomyLists int
+	src        io.Reader
+	buf        []byte // buf[pos:end] is read but not yet decoded
+	pos, end   int
+	base       int64 // input offset of buf[0]
+	srcDone    bool  // src returned EOF or an error
+	inPlace    bool  // buf is the whole input, owned by the caller (DecodeBytes)
+	srcErr     error // the error src returned, unless it was an end of input
+	opAt       int64 // offset of the opcode being executed
+	stack      []val
+	marks      []int
+	memo       memoTable
+	memoHi     map[uint64]val
+	objs       []object
+	strs       []string
+	keys       []keyCode // key code of each string in strs
+	bigs       []*big.Int
+	blocks     blockStore
 	// lastEvents is the trace list being filled, the only one holding spare capacity.
 	lastEvents *eventList
 	// Recycled object indexes, dicts apart from lists so that a reused object's item

@@ -197,6 +197,10 @@ func (d *decoder) appendEvent(l *eventList, ev snapshot.Event) {
 // Decoding in place, a list that grows anyway gets no more than the rest of the input can
 // hold at the list's density so far (eventsAtEnd): a list kept for long (the MCP server's
 // cache) is then not copied again to give back the spare half of a doubling.
+// maxRoomyLists is how many trace lists get room by the bytes read: more than a machine has
+// devices.
+const maxRoomyLists = 16
+
 func (d *decoder) growEvents(l *eventList) {
 	n := len(l.events)
 	room := min(d.offset()/minEventBytes, math.MaxInt32/4)
@@ -204,6 +208,17 @@ func (d *decoder) growEvents(l *eventList) {
 		room *= 4
 	}
 	c := max(2*n, 1024, int(room))
+	if !l.grown {
+		l.grown = true
+		d.roomyLists++
+	}
+	if d.roomyLists > maxRoomyLists {
+		// Only the first lists get room by the bytes read: a file of 65,536 devices with a
+		// few events each would otherwise reserve (and clear) that room 65,536 times, work
+		// quadratic in the file's size. The others double from a few events, linear in the
+		// events they hold.
+		c = max(2*n, 8)
+	}
 	if est, ok := d.eventsAtEnd(l); ok {
 		// To the estimate in one step: each step copies the list and leaves the old array
 		// to the collector (on a 1 GB real-shaped file, stopping at 3 or 8 times the list

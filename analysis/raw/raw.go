@@ -10,7 +10,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/memsnap/memsnap/analysis/bound"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
 
@@ -37,7 +39,16 @@ const (
 	KindStack        = "stack"
 	KindFormat       = "format"
 	KindCapabilities = "capabilities"
+	KindFrameText    = "frame_text"
 )
+
+// FrameText is a page of one frame's full text ("file:line name"), in bytes.
+type FrameText struct {
+	Stack int        `json:"stack"`
+	Frame int        `json:"frame"`
+	Bytes int        `json:"bytes"`
+	Text  bound.Page `json:"text"`
+}
 
 // Segment is one segment's header.
 type Segment struct {
@@ -93,7 +104,7 @@ type Stack struct {
 type Result struct {
 	Path       string `json:"path"`
 	Section    string `json:"section"`
-	Kind       string `json:"kind" jsonschema:"enum=allocator_settings,enum=external_annotations,enum=segments,enum=segment,enum=blocks,enum=device_trace,enum=stack,enum=format,enum=capabilities"`
+	Kind       string `json:"kind" jsonschema:"enum=allocator_settings,enum=external_annotations,enum=segments,enum=segment,enum=blocks,enum=device_trace,enum=stack,enum=format,enum=capabilities,enum=frame_text"`
 	Total      int    `json:"total"`
 	Offset     int    `json:"offset"`
 	Returned   int    `json:"returned"`
@@ -108,16 +119,18 @@ type Result struct {
 	Blocks       []Block                     `json:"blocks,omitempty"`
 	Events       []Event                     `json:"events,omitempty"`
 	Annotations  []snapshot.Annotation       `json:"annotations,omitempty"`
+	FrameText    *FrameText                  `json:"frame_text,omitempty"`
 	Stacks       []Stack                     `json:"stacks"`
 	Notes        []string                    `json:"notes"`
 }
 
 // Sections lists the section forms Read accepts, for error messages and docs.
-const Sections = "allocator_settings, external_annotations, format, capabilities, segments, segments[N], segments[N].blocks, segments[N].blocks[A:B], device_traces[D], device_traces[D][A:B], stacks[ID]"
+const Sections = "allocator_settings, external_annotations, format, capabilities, segments, segments[N], segments[N].blocks, segments[N].blocks[A:B], device_traces[D], device_traces[D][A:B], stacks[ID], stacks[ID].frames[K]"
 
 var (
 	reIndexed = regexp.MustCompile(`^(segments|device_traces|stacks)\[(\d+)\](.*)$`)
 	reSlice   = regexp.MustCompile(`^\[(\d*)(:?)(\d*)\]$`)
+	reFrame   = regexp.MustCompile(`^\.frames\[(\d+)\]$`)
 )
 
 // Error is a bad section request; its message says what is accepted.
@@ -186,7 +199,7 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 	switch sec {
 	case "allocator_settings":
 		r.Kind = KindSettings
-		st := snap.Settings
+		st := bound.Strings(snap.Settings)
 		r.Settings = &st
 		if !st.Present {
 			r.Notes = append(r.Notes, "the file has no allocator_settings (PyTorch before 2.5 did not write them)")
@@ -194,21 +207,20 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 		return r, nil
 	case "format":
 		r.Kind = KindFormat
-		f := snap.Format
+		f := bound.Strings(snap.Format)
 		r.Format = &f
 		return r, nil
 	case "capabilities":
 		r.Kind = KindCapabilities
-		c := snap.Caps
+		c := bound.Strings(snap.Caps)
 		r.Capabilities = &c
 		return r, nil
 	case "external_annotations":
 		r.Kind = KindAnnotations
 		r.Annotations = []snapshot.Annotation{}
-		pg.page(span{0, len(snap.Annotations)}, func(i int) (any, snapshot.StackID) {
-			a := snap.Annotations[i]
-			r.Annotations = append(r.Annotations, a)
-			return a, snapshot.NoStack
+		pg.page(span{0, len(snap.Annotations)}, func(i int) (any, snapshot.StackID, func()) {
+			a := bound.Strings(snap.Annotations[i])
+			return a, snapshot.NoStack, func() { r.Annotations = append(r.Annotations, a) }
 		})
 		if len(snap.Annotations) == 0 {
 			r.Notes = append(r.Notes, "the file has no external_annotations")
@@ -217,10 +229,9 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 	case "segments":
 		r.Kind = KindSegments
 		r.Segments = []Segment{}
-		pg.page(span{0, len(snap.Segments)}, func(i int) (any, snapshot.StackID) {
+		pg.page(span{0, len(snap.Segments)}, func(i int) (any, snapshot.StackID, func()) {
 			s := segmentOf(snap, i)
-			r.Segments = append(r.Segments, s)
-			return s, snap.Segments[i].Stack
+			return s, snap.Segments[i].Stack, func() { r.Segments = append(r.Segments, s) }
 		})
 		return r, nil
 	}
@@ -271,12 +282,11 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 			addrs[i] = addr
 			addr += uint64(b.Size)
 		}
-		pg.page(sp, func(i int) (any, snapshot.StackID) {
+		pg.page(sp, func(i int) (any, snapshot.StackID, func()) {
 			b := seg.Blocks[i]
 			blk := Block{Segment: idx, Index: i, Address: hex(addrs[i]), Size: b.Size, RequestedSize: b.RequestedSize,
 				State: b.State.String(), StackID: int(b.Stack)}
-			r.Blocks = append(r.Blocks, blk)
-			return blk, b.Stack
+			return blk, b.Stack, func() { r.Blocks = append(r.Blocks, blk) }
 		})
 		return r, nil
 	case "device_traces":
@@ -293,7 +303,7 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 			return nil, errorf("%s: %v (device_traces[%d] has %d events)", section, err, idx, len(evs))
 		}
 		r.Events = []Event{}
-		pg.page(sp, func(i int) (any, snapshot.StackID) {
+		pg.page(sp, func(i int) (any, snapshot.StackID, func()) {
 			e := evs[i]
 			addr := e.Addr
 			if e.Action == snapshot.ActionOOM {
@@ -303,13 +313,12 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 				TimeUS: e.TimeUS, StackID: int(e.Stack), DeviceFree: e.DeviceFree()}
 			if e.Extra.Index() < len(snap.EventExtras) {
 				x := snap.EventExtras[e.Extra.Index()]
-				ev.CompileContext, ev.UserMetadata = x.CompileContext, x.UserMetadata
+				ev.CompileContext, ev.UserMetadata = bound.String(x.CompileContext), bound.String(x.UserMetadata)
 				if e.Action == snapshot.ActionOther && x.ActionName != "" {
-					ev.Action = x.ActionName
+					ev.Action = bound.String(x.ActionName)
 				}
 			}
-			r.Events = append(r.Events, ev)
-			return ev, e.Stack
+			return ev, e.Stack, func() { r.Events = append(r.Events, ev) }
 		})
 		if idx < len(snap.DroppedEvents) && snap.DroppedEvents[idx] > 0 {
 			r.Notes = append(r.Notes, fmt.Sprintf("%d older events were dropped at load (max trace events)", snap.DroppedEvents[idx]))
@@ -319,14 +328,23 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 		}
 		return r, nil
 	default: // stacks
-		if rest != "" {
-			return nil, errorf("cannot read %q: stacks[ID] takes no suffix; use offset/limit to page its frames", section)
-		}
 		if idx >= len(snap.Stacks) {
 			if len(snap.Stacks) == 0 {
 				return nil, errorf("stacks[%d] does not exist: the file has no stacks", idx)
 			}
 			return nil, errorf("stacks[%d] does not exist: stack ids run from 0 to %d", idx, len(snap.Stacks)-1)
+		}
+		if rest != "" {
+			fm := reFrame.FindStringSubmatch(rest)
+			if fm == nil {
+				return nil, errorf("cannot read %q: after stacks[ID] only .frames[K] may follow; use offset/limit to page its frames", section)
+			}
+			k, err := strconv.Atoi(fm[1])
+			if err != nil || k >= len(snap.Stacks[idx]) {
+				return nil, errorf("stacks[%d] has %d frames (0 to %d); %q does not exist", idx, len(snap.Stacks[idx]), len(snap.Stacks[idx])-1, section)
+			}
+			readFrameText(r, idx, k, fullFrame(snap.Frames[snap.Stacks[idx][k]]), opt.Offset)
+			return r, nil
 		}
 		r.Kind = KindStack
 		ids := snap.Stacks[idx]
@@ -348,20 +366,53 @@ func Read(snap *snapshot.Snapshot, section string, opt Options) (*Result, error)
 	}
 }
 
+// framePageBytes is the most bytes of a frame's text one stacks[ID].frames[K] read returns.
+const framePageBytes = bound.MaxPage
+
+// readFrameText fills r with the bytes of one frame's full text from offset on, at most
+// framePageBytes, cut at character boundaries, so that a frame cut in every other answer can
+// still be read whole, page by page.
+func readFrameText(r *Result, stack, frame int, text string, offset int) {
+	r.Kind = KindFrameText
+	r.Total = len(text)
+	start := min(offset, len(text))
+	for start < len(text) && !utf8.RuneStart(text[start]) {
+		start++
+	}
+	end := len(text)
+	if end-start > framePageBytes {
+		end = start + framePageBytes
+		for end > start && !utf8.RuneStart(text[end]) {
+			end--
+		}
+	}
+	r.FrameText = &FrameText{Stack: stack, Frame: frame, Bytes: len(text), Text: bound.Page(text[start:end])}
+	r.Offset = start
+	r.Returned = end - start
+	r.NextOffset = end
+	r.More = end < len(text)
+}
+
 func hex(a uint64) string { return "0x" + strconv.FormatUint(a, 16) }
 
 func segmentOf(snap *snapshot.Snapshot, i int) Segment {
 	s := &snap.Segments[i]
 	return Segment{Index: i, Device: s.Device, Address: hex(s.Address), TotalSize: s.TotalSize, AllocatedSize: s.AllocatedSize,
-		ActiveSize: s.ActiveSize, RequestedSize: s.RequestedSize, Stream: s.Stream, SegmentType: s.SegmentType,
+		ActiveSize: s.ActiveSize, RequestedSize: s.RequestedSize, Stream: s.Stream, SegmentType: bound.String(s.SegmentType),
 		Pool: fmt.Sprintf("%d,%d", s.PoolID[0], s.PoolID[1]), Expandable: s.IsExpandable, StackID: int(s.Stack), Blocks: len(s.Blocks)}
 }
 
+// frameString renders a frame, cut to the string bound.
 func frameString(f snapshot.Frame) string {
+	return bound.String(fullFrame(f))
+}
+
+// fullFrame renders a frame whole (stacks[ID].frames[K] pages through it).
+func fullFrame(f snapshot.Frame) string {
 	if f.Line == snapshot.LineUnknown {
-		return fmt.Sprintf("%s:? %s", f.Filename, f.Name)
+		return f.Filename + ":? " + f.Name
 	}
-	return fmt.Sprintf("%s:%d %s", f.Filename, f.Line, f.Name)
+	return f.Filename + ":" + strconv.FormatInt(f.Line, 10) + " " + f.Name
 }
 
 // pager adds items of a span from offset on, within the limit and the byte cap, and renders
@@ -374,11 +425,8 @@ type pager struct {
 	bytes int
 }
 
-func (p *pager) addStack(id snapshot.StackID) int {
-	if id < 0 || int(id) >= len(p.snap.Stacks) || p.seen[id] {
-		return 0
-	}
-	p.seen[id] = true
+// stackOf renders stack id with at most MaxFrames frames.
+func (p *pager) stackOf(id snapshot.StackID) Stack {
 	ids := p.snap.Stacks[id]
 	st := Stack{ID: int(id), Frames: []string{}, FramesTotal: len(ids)}
 	for i, f := range ids {
@@ -388,11 +436,41 @@ func (p *pager) addStack(id snapshot.StackID) int {
 		st.Frames = append(st.Frames, frameString(p.snap.Frames[f]))
 	}
 	st.FramesOmitted = len(ids) - len(st.Frames)
-	p.r.Stacks = append(p.r.Stacks, st)
-	return jsonSize(st)
+	return st
 }
 
-func (p *pager) page(sp span, add func(i int) (any, snapshot.StackID)) {
+// stackSize is the JSON size addStack would add for id (0 when it adds nothing).
+func (p *pager) stackSize(id snapshot.StackID) int {
+	if id < 0 || int(id) >= len(p.snap.Stacks) || p.seen[id] {
+		return 0
+	}
+	return jsonSize(p.stackOf(id))
+}
+
+// addStack renders stack id into the result once.
+func (p *pager) addStack(id snapshot.StackID) {
+	if id < 0 || int(id) >= len(p.snap.Stacks) || p.seen[id] {
+		return
+	}
+	p.seen[id] = true
+	st := p.stackOf(id)
+	p.r.Stacks = append(p.r.Stacks, st)
+	p.noteCut(st)
+}
+
+// noteCut tells how to read the whole of any frame of st that was cut to the string bound.
+func (p *pager) noteCut(st Stack) {
+	for k, f := range st.Frames {
+		if bound.IsCut(f) {
+			p.r.Notes = append(p.r.Notes, fmt.Sprintf("stacks[%d] frame %d is cut to %d bytes: read section stacks[%d].frames[%d] (offset and limit in bytes) to page through it whole", st.ID, k, bound.MaxString, st.ID, k))
+			return
+		}
+	}
+}
+
+// page adds the items of sp from the offset on: add(i) returns item i, its stack and a
+// commit that appends it to the result, called only when the item fits.
+func (p *pager) page(sp span, add func(i int) (any, snapshot.StackID, func())) {
 	r := p.r
 	r.Total = sp.hi - sp.lo
 	start := sp.hi
@@ -401,12 +479,16 @@ func (p *pager) page(sp span, add func(i int) (any, snapshot.StackID)) {
 	}
 	i := start
 	for ; i < sp.hi && i-start < p.opt.Limit; i++ {
-		if i > start && p.bytes >= p.opt.MaxBytes {
+		item, stack, commit := add(i)
+		size := jsonSize(item) + p.stackSize(stack)
+		// The first item always; later ones only while the whole answer stays under the cap.
+		if i > start && p.bytes+size > p.opt.MaxBytes {
 			r.Notes = append(r.Notes, fmt.Sprintf("stopped at %d bytes of JSON to stay small; continue with offset=%d", p.opt.MaxBytes, i-sp.lo))
 			break
 		}
-		item, stack := add(i)
-		p.bytes += jsonSize(item) + p.addStack(stack)
+		commit()
+		p.bytes += size
+		p.addStack(stack)
 	}
 	r.Returned = i - start
 	r.NextOffset = i - sp.lo

@@ -154,7 +154,8 @@ func TestReadErrors(t *testing.T) {
 		{"segments[1].blocks[x]", Options{}, "cannot read"},
 		{"device_traces[2]", Options{}, "devices 0 to 1"},
 		{"stacks[9]", Options{}, "stack ids run from 0 to 2"},
-		{"stacks[1][0:1]", Options{}, "takes no suffix"},
+		{"stacks[1][0:1]", Options{}, "only .frames[K] may follow"},
+		{"stacks[1].frames[99]", Options{}, "does not exist"},
 		{"blocks", Options{}, "sections are"},
 		{"segments", Options{Offset: -1}, "offset"},
 	} {

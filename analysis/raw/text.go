@@ -10,6 +10,16 @@ import (
 func (r *Result) Text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", r.Section, r.Kind)
+	if r.Kind == KindFrameText && r.FrameText != nil {
+		fmt.Fprintf(&b, ": bytes %d–%d of %d", r.Offset, r.NextOffset, r.Total)
+		if r.More {
+			fmt.Fprintf(&b, " (more: offset=%d)", r.NextOffset)
+		}
+		b.WriteString("\n")
+		b.WriteString(string(r.FrameText.Text))
+		b.WriteString("\n")
+		return b.String()
+	}
 	if r.Kind != KindSettings && r.Kind != KindFormat && r.Kind != KindCapabilities {
 		fmt.Fprintf(&b, ": items %d–%d of %d", r.Offset, r.Offset+r.Returned, r.Total)
 		if r.More {

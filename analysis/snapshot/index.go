@@ -39,6 +39,10 @@ func (x *TraceIndex) Block(addr uint64) (int32, bool) { return x.blockID.get(add
 // Segment returns the id of a segment address, if the trace has a segment event at it.
 func (x *TraceIndex) Segment(addr uint64) (int32, bool) { return x.segID.get(addr) }
 
+// First returns the first event of the trace x indexes (nil when it is empty): a key to
+// find the index of a trace among many without comparing each (65,536 devices).
+func (x *TraceIndex) First() *Event { return x.first }
+
 // Indexes reports whether x indexes exactly evs (the same events, not a copy or a part).
 func (x *TraceIndex) Indexes(evs []Event) bool {
 	if len(evs) == 0 {
@@ -157,6 +161,41 @@ type traceIndexes struct {
 	owner *Snapshot
 	mu    sync.Mutex
 	byDev map[int]*TraceIndex
+	// segsByDev lists the segments of each device (SegmentsOn), built at the first call.
+	segsByDev map[int][]int
+	segsOf    *Segment // the Segments array segsByDev was built from
+	segsN     int
+}
+
+// SegmentsOn returns the indexes in s.Segments of device dev's segments, in order. A
+// snapshot made by the loader builds the lists once for all devices (a file of 65,536 devices
+// then costs no pass over every segment per device); any other snapshot scans at each call.
+func (s *Snapshot) SegmentsOn(dev int) []int {
+	c := s.indexes
+	if c == nil || c.owner != s {
+		var out []int
+		for i := range s.Segments {
+			if s.Segments[i].Device == dev {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first *Segment
+	if len(s.Segments) > 0 {
+		first = &s.Segments[0]
+	}
+	if c.segsByDev == nil || c.segsOf != first || c.segsN != len(s.Segments) {
+		c.segsByDev = map[int][]int{}
+		for i := range s.Segments {
+			d := s.Segments[i].Device
+			c.segsByDev[d] = append(c.segsByDev[d], i)
+		}
+		c.segsOf, c.segsN = first, len(s.Segments)
+	}
+	return c.segsByDev[dev]
 }
 
 // TraceIndex returns the address index of device dev's trace (empty for a device without

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memsnap/memsnap/analysis"
+	"github.com/memsnap/memsnap/analysis/bound"
 	"github.com/memsnap/memsnap/analysis/load"
 	"github.com/memsnap/memsnap/analysis/snapshot"
 	"github.com/memsnap/memsnap/tools"
@@ -140,6 +141,9 @@ type texter interface{ Text() string }
 
 // emit prints a result as JSON or text.
 func emit(c *cobra.Command, asJSON bool, r texter) error {
+	// Every string cut to a bound, exactly as the MCP server cuts it: --json and
+	// structuredContent stay identical, and a 15 MiB frame name prints as 1 KiB.
+	r = bound.Strings(r)
 	if asJSON {
 		return printJSON(c.OutOrStdout(), r)
 	}
