@@ -220,6 +220,9 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 						if r.ActivationBytesAtPeak < 512*mib {
 							t.Errorf("replay: %s with %d bytes of activations at the peak", it.Rule, r.ActivationBytesAtPeak)
 						}
+						if it.Rule == "replay.forward-only" && (r.GradMode == nil || r.GradMode.Mode != GradOn) {
+							t.Errorf("replay: inference_mode advised with grad mode %v", r.GradMode)
+						}
 					case "replay.gc-cycles":
 						if r.GCFrees.Count == 0 {
 							t.Errorf("replay: gc advice without gc frees")
@@ -272,6 +275,10 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 				}
 				for _, it := range o.Advice {
 					switch {
+					case (it.Rule == "oom.cap.forward-no-backward" || it.Rule == "oom.cap.inference-activations") && o.GradMode != GradOn && strings.Contains(it.Text, "inference_mode"):
+						t.Errorf("oom: %s says inference_mode with grad mode %q", it.Rule, o.GradMode)
+					case it.Rule == "oom.cap.communication" && len(bucketKnobs(o.Frameworks)) == 0:
+						t.Errorf("oom: bucket sizes advised with frameworks %v", o.Frameworks)
 					case it.Rule == "oom.cap.shard-model":
 						if st := o.RoleBytes[CategoryParameter] + o.RoleBytes[CategoryGradient] + o.RoleBytes[CategoryOptimizerState]; !material(st, live) {
 							t.Errorf("oom: shard the model with the model's state at %d of %d live bytes", st, live)

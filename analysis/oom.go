@@ -85,6 +85,10 @@ type OOMEvent struct {
 	// its trace or live blocks show a backward pass: they decide which fixes apply.
 	Workload    string `json:"workload"`
 	HasBackward bool   `json:"has_backward"`
+	// GradMode is the device's grad mode read from lifetimes (on, off, unknown) and Frameworks
+	// the frameworks the file's frames show: the advice's gates read both.
+	GradMode   string      `json:"grad_mode"`
+	Frameworks []Framework `json:"frameworks"`
 	// Unwound: the file was written after the OOM and the pass unwound (the exception freed its
 	// tensors): UnwoundBlocks / UnwoundBytes were freed between the OOM event and the end of the
 	// trace (or the next OOM).
@@ -473,6 +477,8 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 			}
 			o.Workload, _ = roles.Workload(dev)
 			o.HasBackward = roles.HasBackward(dev)
+			o.GradMode = roles.GradMode(dev).Mode
+			o.Frameworks = roles.Frameworks()
 			judge(&o, opt, fs, roles, snap)
 			w, err := whatIfs.get(dev)
 			if err != nil {
