@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,6 +257,9 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 			}
 			textFromStruct(t, "oom", oom)
 			checkCaveats(t, "oom", snap, oom.Text())
+			if strings.Contains(oom.Text(), "unwound the pass") && !slices.ContainsFunc(oom.OOMs, func(o OOMEvent) bool { return o.PassUnwound }) {
+				t.Errorf("oom: says the exception unwound the pass while its tensors are still live")
+			}
 			for i := range oom.OOMs {
 				o := &oom.OOMs[i]
 				checkRules(t, "oom", "oom", o.Advice)
@@ -268,6 +272,10 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 					if again := advise("oom", o.adv); !reflect.DeepEqual(again, o.Advice) {
 						t.Errorf("oom: advice %v, the table now gives %v", o.Advice, again)
 					}
+				}
+				// "The exception unwound the pass" only when the unwinding freed it.
+				if pass := o.RoleBytes[CategoryActivation] + o.RoleBytes[CategoryTemporary] + o.RoleBytes[CategoryBackwardTemporary]; o.Unwound && o.PassUnwound != (o.UnwoundBytes*2 >= pass) {
+					t.Errorf("oom: pass_unwound %v with %d bytes unwound of %d in the pass", o.PassUnwound, o.UnwoundBytes, pass)
 				}
 				live := o.AllocatedBytes
 				for _, b := range o.RoleBytes {

@@ -389,6 +389,8 @@ var fieldDocs = map[string]string{
 	"OOMEvent.OutsidePyTorchBytes": "Device total minus reserved minus device free at the OOM, for every verdict: memory held by other processes, the CUDA context or other libraries. A lower bound when the device size was estimated (outside_pytorch_lower_bound)",
 	"OOMEvent.Workload":            "training, inference or unknown (as summarize says): inference never gets activation checkpointing",
 	"OOMEvent.HasBackward":         "The device's trace or live blocks show a backward pass: activation checkpointing is advised only then",
+	"OOMEvent.PassUnwound":         "The unwinding after the OOM freed the pass (unwound bytes ≥ half its activations and temporaries); when false a kept traceback pins them and the report says so",
+	"OOMEvent.StillLiveBytes":      "What the device holds allocated in the file's final state (set when the file was written after the OOM)",
 	"OOMEvent.GradMode":            "The device's grad mode read from lifetimes (on, off, unknown): inference_mode is advised only when on",
 	"OOMEvent.Frameworks":          "Frameworks the file's frames show: bucket sizes are advised only for DDP, FSDP or DeepSpeed",
 	"OOMEvent.Unwound":             "The file was written after the OOM: its final state is after the exception unwound the pass, so the live sites come from replaying the trace up to the OOM event",
