@@ -65,6 +65,9 @@ type adviceIn struct {
 	patSite  string
 	moved    bool // no_growth because memory moved between sites
 	sameFile bool
+	// summarize: device balance and the file's frameworks
+	balance    *DeviceBalance
+	frameworks []Framework
 	// replay
 	replay        *ReplayResult
 	mix           peakMix
@@ -598,6 +601,27 @@ var adviceRules = []adviceRule{
 		when: func(in *adviceIn) bool { return in.diff != nil && in.pattern == "" && !in.diff.sameRun() },
 		text: fixed("to look for growth within one job instead, take two snapshots of the same process at different steps (e.g. torch.cuda.memory._dump_snapshot(f\"step{step}.pickle\") at step 5 and step 50, at the same point of the loop, with _record_memory_history on since the start) and diff those")},
 
+	// --- summarize: devices of one process side by side.
+	// torch.nn.DataParallel.forward (torch/nn/parallel/data_parallel.py) scatters the batch,
+	// replicates the module, runs parallel_apply and returns self.gather(outputs,
+	// self.output_device): every replica's outputs land on output_device (device_ids[0] by
+	// default), where the loss and its backward run. Its docstring recommends
+	// DistributedDataParallel instead.
+	{ID: "summarize.balance.dataparallel", Command: "summarize",
+		Gate: "one device holds ≥ 2× any other (and ≥ 256 MiB) and torch.nn.DataParallel is among the file's frameworks",
+		Says: "DataParallel gathers outputs on output_device: return the loss from the module, or DistributedDataParallel",
+		when: func(in *adviceIn) bool { return in.outlier() && hasFramework(in.frameworks, "DataParallel") },
+		text: func(in *adviceIn) string {
+			return in.outlierHead() + ": torch.nn.DataParallel gathers every replica's outputs on output_device (device_ids[0] by default) and the loss and its backward run there; compute the loss inside the wrapped module's forward so each replica returns only its loss, or use DistributedDataParallel (one process per GPU, each keeping its own outputs), which PyTorch recommends over DataParallel"
+		}},
+	{ID: "summarize.balance.outlier", Command: "summarize",
+		Gate: "one device holds ≥ 2× any other (and ≥ 256 MiB) and DataParallel is not among the file's frameworks",
+		Says: "the site that makes the difference, if the devices should share the work evenly",
+		when: func(in *adviceIn) bool { return in.outlier() && !hasFramework(in.frameworks, "DataParallel") },
+		text: func(in *adviceIn) string {
+			return in.outlierHead() + ": if the devices should share the work evenly, that site is where they differ (a tensor created on the default device, cuda:0, or a model split unevenly across devices)"
+		}},
+
 	// --- replay.
 	{ID: "replay.optimizer.in-place", Command: "replay",
 		Gate: "the peak is in an optimizer step whose temporaries and new state are ≥ 64 MiB and ≥ 10% of the peak, made by your own optimizer code",
@@ -640,6 +664,16 @@ var adviceRules = []adviceRule{
 	{ID: "replay.gc-cycles", Command: "replay", Gate: "frees made by the cyclic garbage collector", Says: "find and break the reference cycles",
 		when: func(in *adviceIn) bool { return in.replay != nil && in.gcOnly && in.replay.GCFrees.Count > 0 },
 		text: fixed("these tensors lived until a garbage-collector pass because reference cycles held them: find the cycles with torch.utils.viz._cycles.warn_tensor_cycles() and break them (e.g. do not store tensors on objects that reference themselves, use weakref)")},
+}
+
+// outlier: one device holds at least twice any other, with a site that makes the difference.
+func (in *adviceIn) outlier() bool {
+	return in.balance != nil && in.balance.Outlier >= 0 && in.balance.ExtraSite != ""
+}
+
+func (in *adviceIn) outlierHead() string {
+	b := in.balance
+	return fmt.Sprintf("device %d holds %s more at %s [%s] than any other device", b.Outlier, FormatBytes(b.ExtraBytes), b.ExtraSite, strings.ReplaceAll(b.ExtraCategory, "_", " "))
 }
 
 // peakReplay: the replay's peak is being explained (not only its garbage-collector frees).

@@ -150,6 +150,8 @@ func adviceCases() map[string]ruleCase {
 		return &adviceIn{replay: &ReplayResult{HasTrace: true, PeakPhase: phase, Workload: workload, ActivationBytesAtPeak: act, PeakAllocatedBytes: peak}, hasBwd: bwd, mix: mix, idiom: "torch.utils.checkpoint"}
 	}
 	optMix := peakMix{optTemp: 600 * mib, optSite: "opt.py:3"}
+	outlierBal := &DeviceBalance{Outlier: 0, ExtraSite: "gnn.py:40", ExtraCategory: CategoryActivation, ExtraBytes: 3 * gib}
+	evenBal := &DeviceBalance{Outlier: -1}
 	return map[string]ruleCase{
 		"oom.outside.other-processes":    {oomIn(VerdictOutsidePyTorch, "", false, acts), oomIn(VerdictCapacity, "", false, acts)},
 		"oom.outside.nccl-workspaces":    {oomIn(VerdictOutsidePyTorch, "", false, acts), oomIn(VerdictFragmentation, "", false, acts)},
@@ -224,6 +226,8 @@ func adviceCases() map[string]ruleCase {
 		// Pattern 8: a deliberate A/B diff is not told to take two snapshots of one process,
 		// except once, as a note; one run is not told at all.
 		"diff.note.one-process":     {diff("", otherRun, 0, nil), diff("", sameRun, 0, nil)},
+		"summarize.balance.dataparallel": {&adviceIn{balance: outlierBal, frameworks: []Framework{{Name: "DataParallel"}}}, &adviceIn{balance: evenBal, frameworks: []Framework{{Name: "DataParallel"}}}},
+		"summarize.balance.outlier":      {&adviceIn{balance: outlierBal}, &adviceIn{balance: outlierBal, frameworks: []Framework{{Name: "DataParallel"}}}},
 		"replay.optimizer.in-place": {rp("optimizer", WorkloadTraining, 0, 4*gib, true, peakMix{optTemp: 600 * mib, optSite: "opt.py:3", optOwn: true}), rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix)},
 		"replay.optimizer.fused":    {rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix), rp("backward", WorkloadTraining, 0, 4*gib, true, optMix)},
 		"replay.checkpointing":      {rp("backward", WorkloadTraining, 2*gib, 4*gib, true, peakMix{}), rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{})},

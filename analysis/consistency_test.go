@@ -185,6 +185,14 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 			}
 			textFromStruct(t, "summarize", sum)
 			checkCaveats(t, "summarize", snap, sum.Text())
+			if b := sum.DeviceBalance; b != nil {
+				checkRules(t, "summarize", "summarize", b.Advice)
+				for _, it := range b.Advice {
+					if b.Outlier < 0 || b.ExtraSite == "" || b.ExtraBytes <= 0 {
+						t.Errorf("summarize: %s without an outlier device and the site that makes the difference", it.Rule)
+					}
+				}
+			}
 			// One workload per process: every device that holds memory or records events says
 			// the same.
 			workload := ""
