@@ -225,13 +225,13 @@ func adviceCases() map[string]ruleCase {
 		"diff.compare-runs":         {diff(PatternNotComparable, otherRun, 0, nil), diff(PatternNoGrowth, sameRun, 0, nil)},
 		// Pattern 8: a deliberate A/B diff is not told to take two snapshots of one process,
 		// except once, as a note; one run is not told at all.
-		"diff.note.one-process":     {diff("", otherRun, 0, nil), diff("", sameRun, 0, nil)},
+		"diff.note.one-process":          {diff("", otherRun, 0, nil), diff("", sameRun, 0, nil)},
 		"summarize.balance.dataparallel": {&adviceIn{balance: outlierBal, frameworks: []Framework{{Name: "DataParallel"}}}, &adviceIn{balance: evenBal, frameworks: []Framework{{Name: "DataParallel"}}}},
 		"summarize.balance.outlier":      {&adviceIn{balance: outlierBal}, &adviceIn{balance: outlierBal, frameworks: []Framework{{Name: "DataParallel"}}}},
-		"replay.optimizer.in-place": {rp("optimizer", WorkloadTraining, 0, 4*gib, true, peakMix{optTemp: 600 * mib, optSite: "opt.py:3", optOwn: true}), rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix)},
-		"replay.optimizer.fused":    {rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix), rp("backward", WorkloadTraining, 0, 4*gib, true, optMix)},
-		"replay.checkpointing":      {rp("backward", WorkloadTraining, 2*gib, 4*gib, true, peakMix{}), rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{})},
-		"replay.forward-only":       {gradReplay(rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{}), GradOn), rp("forward", WorkloadInference, 2*gib, 4*gib, false, peakMix{})},
+		"replay.optimizer.in-place":      {rp("optimizer", WorkloadTraining, 0, 4*gib, true, peakMix{optTemp: 600 * mib, optSite: "opt.py:3", optOwn: true}), rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix)},
+		"replay.optimizer.fused":         {rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix), rp("backward", WorkloadTraining, 0, 4*gib, true, optMix)},
+		"replay.checkpointing":           {rp("backward", WorkloadTraining, 2*gib, 4*gib, true, peakMix{}), rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{})},
+		"replay.forward-only":            {gradReplay(rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{}), GradOn), rp("forward", WorkloadInference, 2*gib, 4*gib, false, peakMix{})},
 		"replay.gc-cycles": {&adviceIn{replay: &ReplayResult{GCFrees: GCFrees{Count: 3}}, gcOnly: true},
 			&adviceIn{replay: &ReplayResult{GCFrees: GCFrees{Count: 0}}, gcOnly: true}},
 	}

@@ -92,17 +92,17 @@ type OOMEvent struct {
 	// Unwound: the file was written after the OOM and the pass unwound (the exception freed its
 	// tensors): UnwoundBlocks / UnwoundBytes were freed between the OOM event and the end of the
 	// trace (or the next OOM).
-	Unwound       bool      `json:"unwound"`
-	UnwoundBlocks int       `json:"unwound_blocks"`
-	UnwoundBytes  int64     `json:"unwound_bytes"`
+	Unwound       bool  `json:"unwound"`
+	UnwoundBlocks int   `json:"unwound_blocks"`
+	UnwoundBytes  int64 `json:"unwound_bytes"`
 	// PassUnwound: the unwinding freed the pass, i.e. UnwoundBytes are at least half the
 	// activations and temporaries live at the OOM. When it did not, those tensors are still
 	// live at the end: a kept traceback (sys.last_traceback, a logger, an except block holding
 	// the exception) pins the frames that reference them. StillLiveBytes is what the device
 	// holds allocated in the file's final state.
-	PassUnwound    bool  `json:"pass_unwound"`
-	StillLiveBytes int64 `json:"still_live_bytes"`
-	LiveSites     []OOMSite `json:"live_sites"`
+	PassUnwound    bool      `json:"pass_unwound"`
+	StillLiveBytes int64     `json:"still_live_bytes"`
+	LiveSites      []OOMSite `json:"live_sites"`
 	// Dominant is the category holding the most live memory (for capacity OOMs).
 	Dominant      string   `json:"dominant"`
 	DominantBytes int64    `json:"dominant_bytes"`
