@@ -213,6 +213,30 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 			}
 			textFromStruct(t, "top-stacks", ts)
 			checkCaveats(t, "top-stacks", snap, ts.Text())
+			// One role per block across commands: top-stacks' rows and diff's role table sum
+			// the final state's live blocks by the same roles (the roles layer decides them).
+			if all, err := TopStacks(snap, TopStacksOptions{Device: AllDevices, Limit: 1 << 20}); err == nil {
+				byRole := map[string]int64{}
+				for _, st := range all.Sites {
+					byRole[st.Category] += st.Bytes
+				}
+				if d, err := Diff(snap, snap, DiffOptions{Device: AllDevices, Limit: 1 << 20}); err == nil {
+					diffRole := map[string]int64{}
+					for _, x := range d.Roles {
+						if x.BytesAfter != 0 {
+							diffRole[x.Category] = x.BytesAfter
+						}
+					}
+					for c, b := range byRole {
+						if b == 0 {
+							delete(byRole, c)
+						}
+					}
+					if !reflect.DeepEqual(byRole, diffRole) {
+						t.Errorf("one role per block: top-stacks sums %v by role, diff %v", byRole, diffRole)
+					}
+				}
+			}
 
 			rep, err := ReplaySnapshot(ctx, snap, nil, ReplayOptions{Device: AllDevices})
 			if err != nil {
