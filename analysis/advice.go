@@ -65,6 +65,9 @@ type adviceIn struct {
 	patSite  string
 	moved    bool // no_growth because memory moved between sites
 	sameFile bool
+	// summarize: device balance and the file's frameworks
+	balance    *DeviceBalance
+	frameworks []Framework
 	// replay
 	replay        *ReplayResult
 	mix           peakMix
@@ -79,6 +82,39 @@ func (in *adviceIn) cat(c string) int64 { return in.byCat[c] }
 
 func (in *adviceIn) share(b int64) string {
 	return fmt.Sprintf("%s, %.0f%% of live memory", FormatBytes(b), pct(b, in.live))
+}
+
+// gradOn: the forward passes kept an autograd graph (read from lifetimes, facts_grad.go).
+// Only then can inference_mode or no_grad save anything: a no_grad benchmark has grad off, and
+// a zeroth-order run (training without a backward) too.
+func (in *adviceIn) gradOn() bool {
+	if in.oom != nil {
+		return in.oom.GradMode == GradOn
+	}
+	return in.replay != nil && in.replay.GradMode != nil && in.replay.GradMode.Mode == GradOn
+}
+
+// hasFramework: the file's frames show the framework (facts_frameworks.go).
+func hasFramework(fws []Framework, names ...string) bool {
+	return slices.ContainsFunc(fws, func(f Framework) bool { return slices.Contains(names, f.Name) })
+}
+
+// bucketKnobs names the bucket settings of the frameworks the file shows: DDP's
+// bucket_cap_mb (torch/nn/parallel/distributed.py, the c10d Reducer's buckets), FSDP's unit
+// (one fully_shard / FSDP-wrapped module is gathered and reduced at once) and DeepSpeed
+// ZeRO's bucket sizes. Empty when none is shown: no bucket setting is then the user's to turn.
+func bucketKnobs(fws []Framework) []string {
+	var k []string
+	if hasFramework(fws, "DDP") {
+		k = append(k, "a smaller DDP bucket_cap_mb")
+	}
+	if hasFramework(fws, "FSDP1", "FSDP2") {
+		k = append(k, "smaller FSDP units (wrap smaller modules: each unit's all-gather and reduce-scatter buffers hold one unit's parameters)")
+	}
+	if hasFramework(fws, "DeepSpeed") {
+		k = append(k, "smaller ZeRO reduce_bucket_size / allgather_bucket_size")
+	}
+	return k
 }
 
 func (in *adviceIn) inference() bool { return in.oom.Workload == WorkloadInference }
@@ -250,13 +286,17 @@ var adviceRules = []adviceRule{
 		func(in *adviceIn) string {
 			return fmt.Sprintf("weights hold %s: bf16/fp16 weights instead of fp32, or quantized weights (8-bit / 4-bit, e.g. bitsandbytes, GPTQ, AWQ), or offload layers to the CPU", in.share(in.cat(CategoryParameter)))
 		}),
-	capFix("oom.cap.inference-activations", "capacity; inference; activations + temporaries ≥ 10% of live memory", "smaller batch or chunked inputs, inference_mode, bf16",
+	capFix("oom.cap.inference-activations", "capacity; inference; activations + temporaries ≥ 10% of live memory (inference_mode named only when grad mode is on)", "smaller batch or chunked inputs, bf16, and inference_mode only if grad was on",
 		func(in *adviceIn) bool {
 			return in.inference() && material(in.cat(CategoryActivation)+in.cat(CategoryTemporary), in.live)
 		},
 		func(in *adviceIn) int64 { return in.cat(CategoryActivation) + in.cat(CategoryTemporary) },
 		func(in *adviceIn) string {
-			return fmt.Sprintf("forward activations and temporaries hold %s: a smaller batch or shorter inputs (chunk long prompts), run under torch.inference_mode(), and bf16 autocast", in.share(in.cat(CategoryActivation)+in.cat(CategoryTemporary)))
+			s := fmt.Sprintf("forward activations and temporaries hold %s: a smaller batch or shorter inputs (chunk long prompts)", in.share(in.cat(CategoryActivation)+in.cat(CategoryTemporary)))
+			if in.gradOn() {
+				s += ", run under torch.inference_mode() (the forward kept an autograd graph)"
+			}
+			return s + ", and bf16 autocast"
 		}),
 	capFix("oom.cap.params-grads", "capacity; not inference; gradients present; parameters + gradients ≥ 10% of live memory",
 		"bf16 weights, FSDP/ZeRO-3, LoRA or CPU offload",
@@ -281,14 +321,21 @@ var adviceRules = []adviceRule{
 		},
 		func(in *adviceIn) int64 { return (in.cat(CategoryActivation) + in.cat(CategoryBackwardTemporary)) / 2 },
 		fixed("bf16/fp16 autocast (torch.autocast) to halve activations, and a smaller batch or sequence length with gradient accumulation to keep the effective batch")),
-	capFix("oom.cap.forward-no-backward", "capacity; neither training nor inference shown; activations + temporaries ≥ 10% of live memory",
-		"inference_mode if the forward is inference, else a smaller batch or bf16",
+	capFix("oom.cap.forward-no-backward", "capacity; neither training nor inference shown; activations + temporaries ≥ 10% of live memory (inference_mode named only when grad mode is on)",
+		"a smaller batch or bf16; inference_mode if the forward is inference and kept a graph",
 		func(in *adviceIn) bool {
 			return !in.training() && !in.inference() && material(in.cat(CategoryActivation)+in.cat(CategoryTemporary), in.live)
 		},
 		func(in *adviceIn) int64 { return in.cat(CategoryActivation) + in.cat(CategoryTemporary) },
 		func(in *adviceIn) string {
-			return fmt.Sprintf("forward activations and temporaries hold %s and the trace shows no backward pass: if this forward is inference, run it under torch.inference_mode() (activations are then freed layer by layer); otherwise a smaller batch or sequence length, or bf16 autocast", in.share(in.cat(CategoryActivation)+in.cat(CategoryTemporary)))
+			held := in.share(in.cat(CategoryActivation) + in.cat(CategoryTemporary))
+			switch in.oom.GradMode {
+			case GradOn:
+				return fmt.Sprintf("forward activations and temporaries hold %s and the trace shows no backward pass: if this forward is inference, run it under torch.inference_mode() (activations are then freed layer by layer); otherwise a smaller batch or sequence length, or bf16 autocast", held)
+			case GradOff:
+				return fmt.Sprintf("forward activations and temporaries hold %s with grad already off (no graph kept): a smaller batch or sequence length, or bf16 autocast", held)
+			}
+			return fmt.Sprintf("forward activations and temporaries hold %s and the trace shows no backward pass: a smaller batch or sequence length, or bf16 autocast", held)
 		}),
 	capFix("oom.cap.workspace", "capacity; cuBLAS/cuDNN workspaces ≥ 10% of live memory", "a smaller CUBLAS_WORKSPACE_CONFIG or fewer streams",
 		func(in *adviceIn) bool { return material(in.cat(CategoryWorkspace), in.live) },
@@ -308,11 +355,14 @@ var adviceRules = []adviceRule{
 		func(in *adviceIn) string {
 			return fmt.Sprintf("autocast's cast cache holds %s (low-precision copies of the weights): keep one autocast region per step, or keep the weights in bf16", in.share(in.cat(CategoryAutocastCache)))
 		}),
-	capFix("oom.cap.communication", "capacity; a collective's own buffers ≥ 10% of live memory", "smaller DDP/FSDP bucket sizes",
-		func(in *adviceIn) bool { return material(in.cat(CategoryCommunication), in.live) },
+	capFix("oom.cap.communication", "capacity; a collective's own buffers ≥ 10% of live memory; DDP (its c10d Reducer), FSDP or DeepSpeed among the file's frameworks",
+		"smaller bucket sizes, named only for the frameworks the file shows",
+		func(in *adviceIn) bool {
+			return material(in.cat(CategoryCommunication), in.live) && len(bucketKnobs(in.oom.Frameworks)) > 0
+		},
 		func(in *adviceIn) int64 { return in.cat(CategoryCommunication) },
 		func(in *adviceIn) string {
-			return fmt.Sprintf("communication buffers hold %s: smaller DDP bucket_cap_mb or FSDP/ZeRO bucket sizes", in.share(in.cat(CategoryCommunication)))
+			return fmt.Sprintf("communication buffers hold %s: %s", in.share(in.cat(CategoryCommunication)), strings.Join(bucketKnobs(in.oom.Frameworks), ", or "))
 		}),
 	oomFix("oom.cap.smaller-batch", "capacity and no role-sized fix above applies", "reduce the batch size",
 		func(in *adviceIn) bool { return in.capacity() && !in.firedWeighted },
@@ -551,6 +601,27 @@ var adviceRules = []adviceRule{
 		when: func(in *adviceIn) bool { return in.diff != nil && in.pattern == "" && !in.diff.sameRun() },
 		text: fixed("to look for growth within one job instead, take two snapshots of the same process at different steps (e.g. torch.cuda.memory._dump_snapshot(f\"step{step}.pickle\") at step 5 and step 50, at the same point of the loop, with _record_memory_history on since the start) and diff those")},
 
+	// --- summarize: devices of one process side by side.
+	// torch.nn.DataParallel.forward (torch/nn/parallel/data_parallel.py) scatters the batch,
+	// replicates the module, runs parallel_apply and returns self.gather(outputs,
+	// self.output_device): every replica's outputs land on output_device (device_ids[0] by
+	// default), where the loss and its backward run. Its docstring recommends
+	// DistributedDataParallel instead.
+	{ID: "summarize.balance.dataparallel", Command: "summarize",
+		Gate: "one device holds ≥ 2× any other (and ≥ 256 MiB) and torch.nn.DataParallel is among the file's frameworks",
+		Says: "DataParallel gathers outputs on output_device: return the loss from the module, or DistributedDataParallel",
+		when: func(in *adviceIn) bool { return in.outlier() && hasFramework(in.frameworks, "DataParallel") },
+		text: func(in *adviceIn) string {
+			return in.outlierHead() + ": torch.nn.DataParallel gathers every replica's outputs on output_device (device_ids[0] by default) and the loss and its backward run there; compute the loss inside the wrapped module's forward so each replica returns only its loss, or use DistributedDataParallel (one process per GPU, each keeping its own outputs), which PyTorch recommends over DataParallel"
+		}},
+	{ID: "summarize.balance.outlier", Command: "summarize",
+		Gate: "one device holds ≥ 2× any other (and ≥ 256 MiB) and DataParallel is not among the file's frameworks",
+		Says: "the site that makes the difference, if the devices should share the work evenly",
+		when: func(in *adviceIn) bool { return in.outlier() && !hasFramework(in.frameworks, "DataParallel") },
+		text: func(in *adviceIn) string {
+			return in.outlierHead() + ": if the devices should share the work evenly, that site is where they differ (a tensor created on the default device, cuda:0, or a model split unevenly across devices)"
+		}},
+
 	// --- replay.
 	{ID: "replay.optimizer.in-place", Command: "replay",
 		Gate: "the peak is in an optimizer step whose temporaries and new state are ≥ 64 MiB and ≥ 10% of the peak, made by your own optimizer code",
@@ -579,11 +650,11 @@ var adviceRules = []adviceRule{
 				FormatBytes(r.ActivationBytesAtPeak), pct(r.ActivationBytesAtPeak, r.PeakAllocatedBytes), in.idiom)
 		}},
 	{ID: "replay.forward-only", Command: "replay",
-		Gate: "no backward in the trace, workload training, activations ≥ 10% of the peak and ≥ 512 MiB",
+		Gate: "no backward in the trace, workload training, grad mode on (lifetimes show a kept graph), activations ≥ 10% of the peak and ≥ 512 MiB",
 		Says: "inference_mode if no backward follows",
 		when: func(in *adviceIn) bool {
 			r := in.replay
-			return in.peakReplay() && !in.hasBwd && r.Workload == WorkloadTraining && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/10 && r.ActivationBytesAtPeak >= 512*mib
+			return in.peakReplay() && !in.hasBwd && r.Workload == WorkloadTraining && in.gradOn() && r.ActivationBytesAtPeak >= r.PeakAllocatedBytes/10 && r.ActivationBytesAtPeak >= 512*mib
 		},
 		text: func(in *adviceIn) string {
 			r := in.replay
@@ -593,6 +664,16 @@ var adviceRules = []adviceRule{
 	{ID: "replay.gc-cycles", Command: "replay", Gate: "frees made by the cyclic garbage collector", Says: "find and break the reference cycles",
 		when: func(in *adviceIn) bool { return in.replay != nil && in.gcOnly && in.replay.GCFrees.Count > 0 },
 		text: fixed("these tensors lived until a garbage-collector pass because reference cycles held them: find the cycles with torch.utils.viz._cycles.warn_tensor_cycles() and break them (e.g. do not store tensors on objects that reference themselves, use weakref)")},
+}
+
+// outlier: one device holds at least twice any other, with a site that makes the difference.
+func (in *adviceIn) outlier() bool {
+	return in.balance != nil && in.balance.Outlier >= 0 && in.balance.ExtraSite != ""
+}
+
+func (in *adviceIn) outlierHead() string {
+	b := in.balance
+	return fmt.Sprintf("device %d holds %s more at %s [%s] than any other device", b.Outlier, FormatBytes(b.ExtraBytes), b.ExtraSite, strings.ReplaceAll(b.ExtraCategory, "_", " "))
 }
 
 // peakReplay: the replay's peak is being explained (not only its garbage-collector frees).

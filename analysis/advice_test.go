@@ -150,6 +150,8 @@ func adviceCases() map[string]ruleCase {
 		return &adviceIn{replay: &ReplayResult{HasTrace: true, PeakPhase: phase, Workload: workload, ActivationBytesAtPeak: act, PeakAllocatedBytes: peak}, hasBwd: bwd, mix: mix, idiom: "torch.utils.checkpoint"}
 	}
 	optMix := peakMix{optTemp: 600 * mib, optSite: "opt.py:3"}
+	outlierBal := &DeviceBalance{Outlier: 0, ExtraSite: "gnn.py:40", ExtraCategory: CategoryActivation, ExtraBytes: 3 * gib}
+	evenBal := &DeviceBalance{Outlier: -1}
 	return map[string]ruleCase{
 		"oom.outside.other-processes":    {oomIn(VerdictOutsidePyTorch, "", false, acts), oomIn(VerdictCapacity, "", false, acts)},
 		"oom.outside.nccl-workspaces":    {oomIn(VerdictOutsidePyTorch, "", false, acts), oomIn(VerdictFragmentation, "", false, acts)},
@@ -181,7 +183,7 @@ func adviceCases() map[string]ruleCase {
 			oomIn(VerdictCapacity, "", false, map[string]int64{CategoryUserContainer: 8 * mib, CategoryActivation: gib})},
 		"oom.cap.autocast-cache": {oomIn(VerdictCapacity, "", false, map[string]int64{CategoryAutocastCache: gib, CategoryActivation: gib}),
 			oomIn(VerdictCapacity, "", false, map[string]int64{CategoryAutocastCache: 8 * mib, CategoryActivation: gib})},
-		"oom.cap.communication": {oomIn(VerdictCapacity, "", false, map[string]int64{CategoryCommunication: gib, CategoryActivation: gib}),
+		"oom.cap.communication": {fwOOM(oomIn(VerdictCapacity, "", false, map[string]int64{CategoryCommunication: gib, CategoryActivation: gib}), "DDP"),
 			oomIn(VerdictCapacity, "", false, map[string]int64{CategoryCommunication: 8 * mib, CategoryActivation: gib})},
 		"oom.cap.smaller-batch": {oomIn(VerdictCapacity, WorkloadTraining, true, map[string]int64{CategoryOther: gib}), oomIn(VerdictCapacity, WorkloadTraining, true, acts)},
 		"oom.cap.largest-sites": {oomIn(VerdictCapacity, "", false, acts), oomIn(VerdictOutsidePyTorch, "", false, acts)},
@@ -223,11 +225,13 @@ func adviceCases() map[string]ruleCase {
 		"diff.compare-runs":         {diff(PatternNotComparable, otherRun, 0, nil), diff(PatternNoGrowth, sameRun, 0, nil)},
 		// Pattern 8: a deliberate A/B diff is not told to take two snapshots of one process,
 		// except once, as a note; one run is not told at all.
-		"diff.note.one-process":     {diff("", otherRun, 0, nil), diff("", sameRun, 0, nil)},
-		"replay.optimizer.in-place": {rp("optimizer", WorkloadTraining, 0, 4*gib, true, peakMix{optTemp: 600 * mib, optSite: "opt.py:3", optOwn: true}), rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix)},
-		"replay.optimizer.fused":    {rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix), rp("backward", WorkloadTraining, 0, 4*gib, true, optMix)},
-		"replay.checkpointing":      {rp("backward", WorkloadTraining, 2*gib, 4*gib, true, peakMix{}), rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{})},
-		"replay.forward-only":       {rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{}), rp("forward", WorkloadInference, 2*gib, 4*gib, false, peakMix{})},
+		"diff.note.one-process":          {diff("", otherRun, 0, nil), diff("", sameRun, 0, nil)},
+		"summarize.balance.dataparallel": {&adviceIn{balance: outlierBal, frameworks: []Framework{{Name: "DataParallel"}}}, &adviceIn{balance: evenBal, frameworks: []Framework{{Name: "DataParallel"}}}},
+		"summarize.balance.outlier":      {&adviceIn{balance: outlierBal}, &adviceIn{balance: outlierBal, frameworks: []Framework{{Name: "DataParallel"}}}},
+		"replay.optimizer.in-place":      {rp("optimizer", WorkloadTraining, 0, 4*gib, true, peakMix{optTemp: 600 * mib, optSite: "opt.py:3", optOwn: true}), rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix)},
+		"replay.optimizer.fused":         {rp("optimizer", WorkloadTraining, 0, 4*gib, true, optMix), rp("backward", WorkloadTraining, 0, 4*gib, true, optMix)},
+		"replay.checkpointing":           {rp("backward", WorkloadTraining, 2*gib, 4*gib, true, peakMix{}), rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{})},
+		"replay.forward-only":            {gradReplay(rp("forward", WorkloadTraining, 2*gib, 4*gib, false, peakMix{}), GradOn), rp("forward", WorkloadInference, 2*gib, 4*gib, false, peakMix{})},
 		"replay.gc-cycles": {&adviceIn{replay: &ReplayResult{GCFrees: GCFrees{Count: 3}}, gcOnly: true},
 			&adviceIn{replay: &ReplayResult{GCFrees: GCFrees{Count: 0}}, gcOnly: true}},
 	}
@@ -271,5 +275,70 @@ func TestAdviceOrder(t *testing.T) {
 	want := []string{"oom.cap.checkpointing", "oom.cap.params-grads", "oom.cap.autocast", "oom.cap.largest-sites", "oom.cap.shard-model"}
 	if !slices.Equal(ids, want) {
 		t.Fatalf("rules %v, want %v", ids, want)
+	}
+}
+
+// gradOOM, gradReplay and fwOOM set the facts the gates read: grad mode and frameworks.
+func gradOOM(in *adviceIn, mode string) *adviceIn { in.oom.GradMode = mode; return in }
+
+func gradReplay(in *adviceIn, mode string) *adviceIn {
+	in.replay.GradMode = &GradMode{Mode: mode}
+	return in
+}
+
+func fwOOM(in *adviceIn, names ...string) *adviceIn {
+	for _, n := range names {
+		in.oom.Frameworks = append(in.oom.Frameworks, Framework{Name: n})
+	}
+	return in
+}
+
+// TestAdviceFactGates: the gates that read facts speak only when the fact holds. A no_grad
+// benchmark (grad off) and a zeroth-order run (training, no backward, grad off) are never told
+// to use inference_mode; bucket sizes are named only for the frameworks the file shows.
+func TestAdviceFactGates(t *testing.T) {
+	const gib = int64(1) << 30
+	fewParams := map[string]int64{CategoryParameter: 60 * 1 << 20, CategoryActivation: 9 * gib}
+	comm := map[string]int64{CategoryCommunication: gib, CategoryActivation: gib}
+	fwd := func(mode string) *adviceIn {
+		in := &adviceIn{replay: &ReplayResult{HasTrace: true, PeakPhase: "forward", Workload: WorkloadTraining, ActivationBytesAtPeak: 2 * gib, PeakAllocatedBytes: 4 * gib}}
+		if mode != "" {
+			in = gradReplay(in, mode)
+		}
+		return in
+	}
+	for _, c := range []struct {
+		name, rule, command string
+		in                  *adviceIn
+		speaks              bool
+		has, hasNot         string
+	}{
+		{"forward-only grad on", "replay.forward-only", "replay", fwd(GradOn), true, "inference_mode", ""},
+		{"forward-only grad off (zeroth-order)", "replay.forward-only", "replay", fwd(GradOff), false, "", ""},
+		{"forward-only grad unknown", "replay.forward-only", "replay", fwd(GradUnknown), false, "", ""},
+		{"forward-only no grad fact", "replay.forward-only", "replay", fwd(""), false, "", ""},
+		{"oom forward grad on", "oom.cap.forward-no-backward", "oom", gradOOM(oomIn(VerdictCapacity, WorkloadUnknown, false, fewParams), GradOn), true, "inference_mode", ""},
+		{"oom forward grad off", "oom.cap.forward-no-backward", "oom", gradOOM(oomIn(VerdictCapacity, WorkloadUnknown, false, fewParams), GradOff), true, "grad already off", "inference_mode"},
+		{"oom forward grad unknown", "oom.cap.forward-no-backward", "oom", gradOOM(oomIn(VerdictCapacity, WorkloadUnknown, false, fewParams), GradUnknown), true, "smaller batch", "inference_mode"},
+		{"inference activations grad on", "oom.cap.inference-activations", "oom", gradOOM(oomIn(VerdictCapacity, WorkloadInference, false, fewParams), GradOn), true, "torch.inference_mode()", ""},
+		{"inference activations no_grad benchmark", "oom.cap.inference-activations", "oom", gradOOM(oomIn(VerdictCapacity, WorkloadInference, false, fewParams), GradOff), true, "bf16 autocast", "inference_mode"},
+		{"communication DDP", "oom.cap.communication", "oom", fwOOM(oomIn(VerdictCapacity, "", false, comm), "DDP"), true, "bucket_cap_mb", "FSDP"},
+		{"communication FSDP2", "oom.cap.communication", "oom", fwOOM(oomIn(VerdictCapacity, "", false, comm), "FSDP2"), true, "FSDP units", "bucket_cap_mb"},
+		{"communication DeepSpeed", "oom.cap.communication", "oom", fwOOM(oomIn(VerdictCapacity, "", false, comm), "DeepSpeed"), true, "reduce_bucket_size", "bucket_cap_mb"},
+		{"communication no bucketing framework", "oom.cap.communication", "oom", fwOOM(oomIn(VerdictCapacity, "", false, comm), "Lightning"), false, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := advise(c.command, c.in)
+			i := slices.IndexFunc(got, func(it AdviceItem) bool { return it.Rule == c.rule })
+			if (i >= 0) != c.speaks {
+				t.Fatalf("rule %s spoke: %v, want %v; got %v", c.rule, i >= 0, c.speaks, got)
+			}
+			if i < 0 {
+				return
+			}
+			if txt := got[i].Text; !strings.Contains(txt, c.has) || (c.hasNot != "" && strings.Contains(txt, c.hasNot)) {
+				t.Errorf("text %q: want %q, not %q", txt, c.has, c.hasNot)
+			}
+		})
 	}
 }

@@ -51,6 +51,9 @@ var adviceScenarios = map[string]func() *snapshot.Snapshot{
 	"single_release.pickle":              func() *snapshot.Snapshot { return singleRelease(0) },
 	"single_release_gc_threshold.pickle": func() *snapshot.Snapshot { return singleRelease(0.8) },
 	"small_model_capacity_oom.pickle":    smallModelOOM,
+	"dataparallel_uneven.pickle":         func() *snapshot.Snapshot { s, _ := sim.DataParallelUneven(false); return s },
+	"dataparallel_even.pickle":           func() *snapshot.Snapshot { s, _ := sim.DataParallelUneven(true); return s },
+	"lightning_oom_teardown.pickle":      func() *snapshot.Snapshot { s, _ := sim.LightningOOMTeardown(true); return s },
 }
 
 // TestAdviceScenarios: the files on disk are what the scenarios build, and each shows the rule

@@ -113,15 +113,25 @@ func segmentBursts(snap *snapshot.Snapshot, roles *Roles, dev int) []SegmentBurs
 			break
 		}
 	}
+	// Releases after an OOM are the exception unwinding and the framework's teardown (an
+	// empty_cache in Lightning's _clear_cuda_memory): the unwind span names them
+	// (UnwindSpan.Teardown), and they are never evidence of the user's churn.
+	var unwind []UnwindSpan
+	if roles != nil {
+		unwind = roles.UnwindSpans(dev)
+	}
+	inUnwind := func(i int) bool {
+		return slices.ContainsFunc(unwind, func(sp UnwindSpan) bool { return i >= sp.StartEvent && i <= sp.EndEvent })
+	}
 	for i := 0; i < len(evs); {
-		if !isReleaseEvent(evs[i].Action) {
+		if !isReleaseEvent(evs[i].Action) || inUnwind(i) {
 			i++
 			continue
 		}
 		j := i
 		var bytes int64
 		explicit := snapshot.NoStack
-		for j < len(evs) && isReleaseEvent(evs[j].Action) {
+		for j < len(evs) && isReleaseEvent(evs[j].Action) && !inUnwind(j) {
 			bytes += evs[j].Size
 			if explicit == snapshot.NoStack && emptyCache(evs[j].Stack) {
 				explicit = evs[j].Stack

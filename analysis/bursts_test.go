@@ -88,6 +88,7 @@ func TestSegmentBurstKinds(t *testing.T) {
 	a := uint64(1 << 32)
 	ev := func(e snapshot.Event) { b.ev(0, e) }
 	// 1) explicit empty_cache(): two segments freed with the empty_cache stack, then re-reserved.
+	ev(segAlloc(a+4*seg, seg)) // freed after the OOM (4)
 	ev(segAlloc(a, seg))
 	ev(segAlloc(a+seg, seg))
 	f1, f2 := segFree(a, seg), segFree(a+seg, seg)
@@ -95,13 +96,15 @@ func TestSegmentBurstKinds(t *testing.T) {
 	ev(f1)
 	ev(f2)
 	ev(segAlloc(a+2*seg, seg))
+	// 3) a release with neither mark: frames-less frees followed by an alloc (not a segment).
+	ev(segFree(a+2*seg, seg))
+	ev(alloc(a+9*seg, 512, snapshot.NoStack))
 	// 2) a retry that failed: one segment freed without frames, then the oom event.
 	ev(segAlloc(a+3*seg, seg))
 	ev(segFree(a+3*seg, seg))
 	ev(snapshot.Event{Action: snapshot.ActionOOM, Size: 64 * mib, Stack: snapshot.NoStack}.WithDeviceFree(10 * mib))
-	// 3) a release with neither mark: frames-less frees followed by an alloc (not a segment).
-	ev(segFree(a+2*seg, seg))
-	ev(alloc(a+9*seg, 512, snapshot.NoStack))
+	// 4) a release after the OOM: the exception unwinding (an unwind span), never a burst.
+	ev(segFree(a+4*seg, seg))
 	snap := b.done()
 	roles, err := NewRoles(snap, AttributionOptions{})
 	if err != nil {
@@ -117,7 +120,7 @@ func TestSegmentBurstKinds(t *testing.T) {
 	if x := got[BurstMallocRetry]; x.Bursts != 1 || x.Events != 1 || x.FollowedByOOM != 1 || x.ReReserved != 0 || !strings.Contains(x.Advice, "the retry failed: OOM") {
 		t.Errorf("malloc_retry %+v", x)
 	}
-	if x := got[BurstRelease]; x.Bursts != 1 || x.Bytes != seg || x.FirstEvent != 8 {
+	if x := got[BurstRelease]; x.Bursts != 1 || x.Bytes != seg || x.FirstEvent != 6 {
 		t.Errorf("release %+v", x)
 	}
 }

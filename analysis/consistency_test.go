@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,6 +185,14 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 			}
 			textFromStruct(t, "summarize", sum)
 			checkCaveats(t, "summarize", snap, sum.Text())
+			if b := sum.DeviceBalance; b != nil {
+				checkRules(t, "summarize", "summarize", b.Advice)
+				for _, it := range b.Advice {
+					if b.Outlier < 0 || b.ExtraSite == "" || b.ExtraBytes <= 0 {
+						t.Errorf("summarize: %s without an outlier device and the site that makes the difference", it.Rule)
+					}
+				}
+			}
 			// One workload per process: every device that holds memory or records events says
 			// the same.
 			workload := ""
@@ -204,6 +213,30 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 			}
 			textFromStruct(t, "top-stacks", ts)
 			checkCaveats(t, "top-stacks", snap, ts.Text())
+			// One role per block across commands: top-stacks' rows and diff's role table sum
+			// the final state's live blocks by the same roles (the roles layer decides them).
+			if all, err := TopStacks(snap, TopStacksOptions{Device: AllDevices, Limit: 1 << 20}); err == nil {
+				byRole := map[string]int64{}
+				for _, st := range all.Sites {
+					byRole[st.Category] += st.Bytes
+				}
+				if d, err := Diff(snap, snap, DiffOptions{Device: AllDevices, Limit: 1 << 20}); err == nil {
+					diffRole := map[string]int64{}
+					for _, x := range d.Roles {
+						if x.BytesAfter != 0 {
+							diffRole[x.Category] = x.BytesAfter
+						}
+					}
+					for c, b := range byRole {
+						if b == 0 {
+							delete(byRole, c)
+						}
+					}
+					if !reflect.DeepEqual(byRole, diffRole) {
+						t.Errorf("one role per block: top-stacks sums %v by role, diff %v", byRole, diffRole)
+					}
+				}
+			}
 
 			rep, err := ReplaySnapshot(ctx, snap, nil, ReplayOptions{Device: AllDevices})
 			if err != nil {
@@ -219,6 +252,9 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 					case "replay.checkpointing", "replay.forward-only":
 						if r.ActivationBytesAtPeak < 512*mib {
 							t.Errorf("replay: %s with %d bytes of activations at the peak", it.Rule, r.ActivationBytesAtPeak)
+						}
+						if it.Rule == "replay.forward-only" && (r.GradMode == nil || r.GradMode.Mode != GradOn) {
+							t.Errorf("replay: inference_mode advised with grad mode %v", r.GradMode)
 						}
 					case "replay.gc-cycles":
 						if r.GCFrees.Count == 0 {
@@ -253,6 +289,9 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 			}
 			textFromStruct(t, "oom", oom)
 			checkCaveats(t, "oom", snap, oom.Text())
+			if strings.Contains(oom.Text(), "unwound the pass") && !slices.ContainsFunc(oom.OOMs, func(o OOMEvent) bool { return o.PassUnwound }) {
+				t.Errorf("oom: says the exception unwound the pass while its tensors are still live")
+			}
 			for i := range oom.OOMs {
 				o := &oom.OOMs[i]
 				checkRules(t, "oom", "oom", o.Advice)
@@ -266,12 +305,20 @@ func checkConsistency(t *testing.T, snap *snapshot.Snapshot) {
 						t.Errorf("oom: advice %v, the table now gives %v", o.Advice, again)
 					}
 				}
+				// "The exception unwound the pass" only when the unwinding freed it.
+				if pass := o.RoleBytes[CategoryActivation] + o.RoleBytes[CategoryTemporary] + o.RoleBytes[CategoryBackwardTemporary]; o.Unwound && o.PassUnwound != (o.UnwoundBytes*2 >= pass) {
+					t.Errorf("oom: pass_unwound %v with %d bytes unwound of %d in the pass", o.PassUnwound, o.UnwoundBytes, pass)
+				}
 				live := o.AllocatedBytes
 				for _, b := range o.RoleBytes {
 					live = max(live, b)
 				}
 				for _, it := range o.Advice {
 					switch {
+					case (it.Rule == "oom.cap.forward-no-backward" || it.Rule == "oom.cap.inference-activations") && o.GradMode != GradOn && strings.Contains(it.Text, "inference_mode"):
+						t.Errorf("oom: %s says inference_mode with grad mode %q", it.Rule, o.GradMode)
+					case it.Rule == "oom.cap.communication" && len(bucketKnobs(o.Frameworks)) == 0:
+						t.Errorf("oom: bucket sizes advised with frameworks %v", o.Frameworks)
 					case it.Rule == "oom.cap.shard-model":
 						if st := o.RoleBytes[CategoryParameter] + o.RoleBytes[CategoryGradient] + o.RoleBytes[CategoryOptimizerState]; !material(st, live) {
 							t.Errorf("oom: shard the model with the model's state at %d of %d live bytes", st, live)

@@ -135,10 +135,14 @@ func TestEvidenceDeviceBalance(t *testing.T) {
 			t.Errorf("even %v: allocated %v, want %v", even, got, live)
 		}
 		if even {
-			if b.Outlier != -1 {
-				t.Errorf("even replicas: outlier %d (%s), want none", b.Outlier, b.Evidence)
+			if b.Outlier != -1 || len(b.Advice) != 0 {
+				t.Errorf("even replicas: outlier %d (%s), advice %v, want none", b.Outlier, b.Evidence, b.Advice)
 			}
 			continue
+		}
+		wantAdv := "device 0 holds 3.6 GiB more at gnn.py:40 [activation] than any other device: torch.nn.DataParallel gathers every replica's outputs on output_device"
+		if len(b.Advice) != 1 || b.Advice[0].Rule != "summarize.balance.dataparallel" || !strings.HasPrefix(b.Advice[0].Text, wantAdv) || !strings.Contains(s.Text(), "advice: "+wantAdv) {
+			t.Errorf("advice %v, want balance.dataparallel %q", b.Advice, wantAdv)
 		}
 		want := "device 0 holds 4.9 GiB allocated, 3.9× the next (device 1 1.2 GiB, device 2 512 MiB); gnn.py:40 [activation] holds 3.6 GiB more there than on any other device"
 		if b.Outlier != 0 || b.Evidence != want {

@@ -29,6 +29,13 @@ type DeviceBalance struct {
 	// or more), -1 when none; Evidence says by how much and which site makes the difference.
 	Outlier  int    `json:"outlier"`
 	Evidence string `json:"evidence"`
+	// ExtraSite and ExtraCategory are the site that holds the most bytes on the outlier beyond
+	// what any other device holds there (ExtraBytes); empty without an outlier.
+	ExtraSite     string `json:"extra_site,omitempty"`
+	ExtraCategory string `json:"extra_category,omitempty"`
+	ExtraBytes    int64  `json:"extra_bytes,omitempty"`
+	// Advice comes from the advice table (rules summarize.balance.*), each item naming its rule.
+	Advice []AdviceItem `json:"advice"`
 }
 
 // BalanceSite is one (site, role) with its allocated bytes on each device.
@@ -53,7 +60,7 @@ func deviceBalance(snap *snapshot.Snapshot, roles *Roles) *DeviceBalance {
 	if len(devs) < 2 {
 		return nil
 	}
-	b := &DeviceBalance{Devices: devs, AllocatedBytes: make([]int64, len(devs)), Sites: []BalanceSite{}, Outlier: -1}
+	b := &DeviceBalance{Devices: devs, AllocatedBytes: make([]int64, len(devs)), Sites: []BalanceSite{}, Outlier: -1, Advice: []AdviceItem{}}
 	type key struct{ site, cat string }
 	bytes := map[key][]int64{}
 	for i := range snap.Segments {
@@ -116,11 +123,13 @@ func deviceBalance(snap *snapshot.Snapshot, roles *Roles) *DeviceBalance {
 		}
 		b.Evidence = fmt.Sprintf("device %d holds %s allocated, %.1f× the next (%s)", devs[top], FormatBytes(t), float64(t)/float64(max(s, 1)), strings.Join(others, ", "))
 		if best >= 0 {
+			b.ExtraSite, b.ExtraCategory, b.ExtraBytes = b.Sites[best].Site, b.Sites[best].Category, diff
 			b.Evidence += fmt.Sprintf("; %s [%s] holds %s more there than on any other device", b.Sites[best].Site, b.Sites[best].Category, FormatBytes(diff))
 		}
 	}
 	if len(b.Sites) > maxBalanceSites {
 		b.Sites = b.Sites[:maxBalanceSites]
 	}
+	b.Advice = append(b.Advice, advise("summarize", &adviceIn{balance: b, frameworks: roles.Frameworks()})...)
 	return b
 }

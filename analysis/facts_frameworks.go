@@ -28,6 +28,7 @@ var frameworkMarkers = []struct{ name, frag string }{
 	{"FSDP1", "torch/distributed/fsdp/fully_sharded_data_parallel.py"},
 	{"FSDP1", "torch/distributed/fsdp/_flat_param.py"},
 	{"DDP", "torch/nn/parallel/distributed.py"},
+	{"DDP", "distributed/c10d/reducer.cpp"}, // DDP's C++ Reducer (gradient buckets)
 	{"DataParallel", "torch/nn/parallel/data_parallel.py"},
 	{"DeepSpeed", "/deepspeed/"},
 	{"Megatron", "/megatron/core/"},

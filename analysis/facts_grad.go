@@ -11,6 +11,7 @@ package analysis
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/memsnap/memsnap/analysis/snapshot"
 )
@@ -77,8 +78,38 @@ func (r *Roles) gradMode(d *deviceRoles) GradMode {
 		g.Mode = GradUnknown
 		g.Evidence = "no forward pass in the trace"
 	default:
+		if fr := r.compiledAutogradFrame(d); fr != "" {
+			g.Mode = GradOn
+			g.Evidence = fmt.Sprintf("%d of %d forward allocations outlived their pass, made under AOTAutograd's CompiledFunction (%s): torch.compile wraps a graph in that autograd.Function only when grad is enabled and an input requires grad, and returns the tensors it saves for backward", g.Outlived, g.ForwardAllocs, fr)
+			break
+		}
 		g.Mode = GradUnknown
 		g.Evidence = fmt.Sprintf("%d of %d forward allocations outlived their pass and no backward pass in the trace frees them: saved for a backward the trace does not reach, or outputs the caller keeps", g.Outlived, g.ForwardAllocs)
 	}
 	return g
+}
+
+// compiledAutogradFrame is the first frame of AOTAutograd's CompiledFunction on the stack of a
+// forward allocation that outlived its pass. AOTAutograd (torch/_functorch/aot_autograd.py)
+// compiles the joint training graph behind the CompiledFunction autograd.Function only when
+// needs_autograd holds (an input requires grad and torch.is_grad_enabled()); under no_grad or
+// inference_mode it compiles an inference graph with no such frame. So the frame is evidence
+// of grad on where no backward in the trace shows it. aot_autograd.py sets
+// needs_autograd = any(x.requires_grad for x in fake_flat_args ...) (and, in some versions,
+// "and torch.is_grad_enabled()"), looked up in PyTorch's source; how older releases
+// chose the graph is a guess.
+func (r *Roles) compiledAutogradFrame(d *deviceRoles) string {
+	for i := range d.evs {
+		if d.evs[i].Action != snapshot.ActionAlloc || d.phases[i] != phaseForward || d.fates[i] == fateSameRun || d.fates[i] == fateInBackward {
+			continue
+		}
+		for _, f := range r.attrs.frames.stackInfos(r.snap, d.evs[i].Stack) {
+			// CompiledFunction.forward: a frame named forward in torch/_functorch's AOTAutograd
+			// runtime (Python before 3.11 records the bare function name).
+			if strings.Contains(f.t.n, "CompiledFunction") || (strings.Contains(f.t.p, "torch/_functorch/") && f.t.n == "forward") {
+				return f.str
+			}
+		}
+	}
+	return ""
 }

@@ -85,13 +85,24 @@ type OOMEvent struct {
 	// its trace or live blocks show a backward pass: they decide which fixes apply.
 	Workload    string `json:"workload"`
 	HasBackward bool   `json:"has_backward"`
+	// GradMode is the device's grad mode read from lifetimes (on, off, unknown) and Frameworks
+	// the frameworks the file's frames show: the advice's gates read both.
+	GradMode   string      `json:"grad_mode"`
+	Frameworks []Framework `json:"frameworks"`
 	// Unwound: the file was written after the OOM and the pass unwound (the exception freed its
 	// tensors): UnwoundBlocks / UnwoundBytes were freed between the OOM event and the end of the
 	// trace (or the next OOM).
-	Unwound       bool      `json:"unwound"`
-	UnwoundBlocks int       `json:"unwound_blocks"`
-	UnwoundBytes  int64     `json:"unwound_bytes"`
-	LiveSites     []OOMSite `json:"live_sites"`
+	Unwound       bool  `json:"unwound"`
+	UnwoundBlocks int   `json:"unwound_blocks"`
+	UnwoundBytes  int64 `json:"unwound_bytes"`
+	// PassUnwound: the unwinding freed the pass, i.e. UnwoundBytes are at least half the
+	// activations and temporaries live at the OOM. When it did not, those tensors are still
+	// live at the end: a kept traceback (sys.last_traceback, a logger, an except block holding
+	// the exception) pins the frames that reference them. StillLiveBytes is what the device
+	// holds allocated in the file's final state.
+	PassUnwound    bool      `json:"pass_unwound"`
+	StillLiveBytes int64     `json:"still_live_bytes"`
+	LiveSites      []OOMSite `json:"live_sites"`
 	// Dominant is the category holding the most live memory (for capacity OOMs).
 	Dominant      string   `json:"dominant"`
 	DominantBytes int64    `json:"dominant_bytes"`
@@ -471,8 +482,17 @@ func OOMReport(ctx context.Context, snap *snapshot.Snapshot, opt OOMOptions) (*O
 					}
 				}
 			}
+			if o.Unwound {
+				for _, seg := range snap.Segments {
+					if seg.Device == dev {
+						o.StillLiveBytes += seg.AllocatedSize
+					}
+				}
+			}
 			o.Workload, _ = roles.Workload(dev)
 			o.HasBackward = roles.HasBackward(dev)
+			o.GradMode = roles.GradMode(dev).Mode
+			o.Frameworks = roles.Frameworks()
 			judge(&o, opt, fs, roles, snap)
 			w, err := whatIfs.get(dev)
 			if err != nil {
@@ -661,6 +681,9 @@ func judge(o *OOMEvent, opt OOMOptions, fs freeState, roles *Roles, snap *snapsh
 	}
 	o.Explanation += ignored
 	o.RoleBytes = byCat
+	if pass := byCat[CategoryActivation] + byCat[CategoryTemporary] + byCat[CategoryBackwardTemporary]; o.Unwound {
+		o.PassUnwound = o.UnwoundBytes*2 >= pass
+	}
 	o.adv = oomAdviceIn(o, byCat, fs, snap)
 	o.advise()
 }
@@ -721,9 +744,13 @@ func (r *OOMResult) Text() string {
 		default:
 			fmt.Fprintf(&b, "largest free block for this request %s (any pool %s)\n", FormatBytes(o.LargestFreeBlockBytes), FormatBytes(o.LargestFreeAnyBytes))
 		}
-		if o.Unwound {
+		switch {
+		case o.Unwound && o.PassUnwound:
 			fmt.Fprintf(&b, "  the file was written after the OOM: its final state is after the exception unwound the pass (%s, %s freed after the OOM event); the live sites below come from replaying the trace up to the OOM event\n",
 				count(o.UnwoundBlocks, "block"), FormatBytes(o.UnwoundBytes))
+		case o.Unwound:
+			fmt.Fprintf(&b, "  the file was written after the OOM, but the pass's tensors are still live at its end (%s allocated; only %s freed after the OOM event): a kept traceback or exception pins them; the live sites below come from replaying the trace up to the OOM event\n",
+				FormatBytes(o.StillLiveBytes), FormatBytes(o.UnwoundBytes))
 		}
 		for _, s := range o.LiveSites {
 			fmt.Fprintf(&b, "    %9s %5d %s  %s [%s]\n", FormatBytes(s.Bytes), s.Blocks, blocksCol(s.Blocks), s.Site, s.Category)

@@ -23,6 +23,15 @@ const (
 // exception then frees the request's tensors (events after the OOM).
 func inferenceOOM(t *testing.T, unwind bool) *snapshot.Snapshot {
 	t.Helper()
+	if unwind {
+		return inferenceOOMFreeing(t, 6)
+	}
+	return inferenceOOMFreeing(t, 0)
+}
+
+// inferenceOOMFreeing frees the first n of the pass's six blocks after the OOM.
+func inferenceOOMFreeing(t *testing.T, n int) *snapshot.Snapshot {
+	t.Helper()
 	s := sim.New(sim.Config{Capacity: 2 * sim.GiB})
 	load := sim.Op("to", sim.Py(modPy, 1150, "convert"), sim.Py(modPy, 900, "_apply"), sim.Py(genPy, 20, "main"))
 	for i := 0; i < 8; i++ {
@@ -50,8 +59,8 @@ func inferenceOOM(t *testing.T, unwind bool) *snapshot.Snapshot {
 	if _, err := s.Alloc(512*sim.MiB, 0, mlp); err == nil {
 		t.Fatal("no OOM")
 	}
-	if unwind {
-		for _, p := range live {
+	if n > 0 {
+		for _, p := range live[:n] {
 			if err := s.Free(p, sim.FreeAt(sim.Py(genPy, 140, "<module>"))); err != nil {
 				t.Fatal(err)
 			}
@@ -188,8 +197,25 @@ func TestOOMUnwound(t *testing.T) {
 	if o.AllocatedBytes != 1024*mib+3*288*mib {
 		t.Errorf("allocated at the OOM %d", o.AllocatedBytes)
 	}
-	if !strings.Contains(r.Text(), "the file was written after the OOM: its final state is after the exception unwound the pass (6 blocks, 864 MiB freed after the OOM event)") {
-		t.Errorf("text:\n%s", r.Text())
+	if !o.PassUnwound || o.StillLiveBytes != 1024*mib || !strings.Contains(r.Text(), "the file was written after the OOM: its final state is after the exception unwound the pass (6 blocks, 864 MiB freed after the OOM event)") {
+		t.Errorf("pass unwound %v, still live %d, text:\n%s", o.PassUnwound, o.StillLiveBytes, r.Text())
+	}
+}
+
+// TestOOMPinnedByTraceback: after the OOM only one 192 MiB block of the 864 MiB pass is freed
+// (a kept traceback pins the rest): the report never says the pass unwound.
+func TestOOMPinnedByTraceback(t *testing.T) {
+	r, err := OOMReport(context.Background(), inferenceOOMFreeing(t, 1), OOMOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.OOMs[0]
+	if !o.Unwound || o.PassUnwound || o.UnwoundBytes != 192*mib || o.StillLiveBytes != 1024*mib+672*mib {
+		t.Fatalf("unwound %v pass unwound %v: %d bytes freed, %d still live", o.Unwound, o.PassUnwound, o.UnwoundBytes, o.StillLiveBytes)
+	}
+	txt := r.Text()
+	if strings.Contains(txt, "unwound the pass") || !strings.Contains(txt, "the file was written after the OOM, but the pass's tensors are still live at its end (1.7 GiB allocated; only 192 MiB freed after the OOM event): a kept traceback or exception pins them") {
+		t.Errorf("text:\n%s", txt)
 	}
 }
 

@@ -67,6 +67,7 @@ type lifeStats struct {
 // deviceRoles is the trace context of one device.
 type deviceRoles struct {
 	dev           int
+	containers    map[uint64]string // finalContainers: live blocks a user container holds
 	evs           []snapshot.Event
 	hasTrace      bool
 	phases        []phase           // per event: the phase the device was in
@@ -209,7 +210,159 @@ func (r *Roles) Block(dev int, b snapshot.Block) Attribution {
 }
 
 // BlockInfo is Block plus the trace event that allocated the block (-1: none in the trace).
+// A live block of the final state that a user container holds (finalContainers) has that role
+// in every command: the decision is made once here, over the site's blocks, not per report.
 func (r *Roles) BlockInfo(dev int, b snapshot.Block) (Attribution, int) {
+	at, idx := r.blockInfo(dev, b)
+	if b.State == snapshot.StateActiveAllocated && (at.Category == CategoryOther || at.Category == CategoryUserContainer || at.Category == CategoryActivation) {
+		if ev, ok := r.finalContainers(dev)[b.Address]; ok {
+			at.Category, at.Evidence, at.retained = CategoryUserContainer, ev, false
+		}
+	}
+	return at, idx
+}
+
+// finalContainers decides (once per device) which live blocks of the final state a user
+// container holds: the blocks of one site (one row: site and role) whose roles are all other
+// or user_container, read by containerGuess over the site's block sizes and the steps that
+// allocated them. The address maps to the evidence.
+func (r *Roles) finalContainers(dev int) map[uint64]string {
+	d := r.device(dev)
+	if d.containers != nil {
+		return d.containers
+	}
+	d.containers = map[uint64]string{}
+	type group struct {
+		id       SiteIdentity
+		sizes    sizeHist
+		allocs   []int
+		addrs    []uint64
+		allOther bool
+	}
+	groups := map[string]*group{}
+	var order []string
+	for i := range r.snap.Segments {
+		seg := &r.snap.Segments[i]
+		if seg.Device != dev {
+			continue
+		}
+		for _, b := range seg.Blocks {
+			if b.State != snapshot.StateActiveAllocated {
+				continue
+			}
+			at, idx := r.blockInfo(dev, b)
+			k := at.rowKey()
+			g := groups[k]
+			if g == nil {
+				g = &group{id: at.SiteIdentity, sizes: sizeHist{}, allOther: true}
+				groups[k] = g
+				order = append(order, k)
+			}
+			g.sizes.add(b.Size)
+			g.addrs = append(g.addrs, b.Address)
+			if idx >= 0 {
+				g.allocs = append(g.allocs, idx)
+			}
+			g.allOther = g.allOther && (at.Category == CategoryOther || at.Category == CategoryUserContainer)
+		}
+	}
+	for _, k := range order {
+		g := groups[k]
+		if !g.allOther {
+			continue
+		}
+		if ev := r.containerGuess(dev, g.id, g.sizes, g.allocs); ev != "" {
+			for _, a := range g.addrs {
+				d.containers[a] = ev
+			}
+		}
+	}
+	if !r.snap.Caps.HasTrace {
+		r.storedOutputs(dev, d.containers)
+	}
+	return d.containers
+}
+
+// storedOutputs marks the activation blocks of a call path that keeps only one model site's
+// outputs alive, where another call into the same model (from the same line of your code into
+// it) keeps activations at several: autograd saves the inputs of many ops along a forward, so
+// one op's outputs alone, in many blocks, are kept by something else: your code or a hook
+// storing them (an attention store). For files without a trace only, where no lifetime tells
+// who holds a block; a guess.
+func (r *Roles) storedOutputs(dev int, out map[uint64]string) {
+	type share struct {
+		site   string
+		bytes  int64
+		blocks int
+		addrs  []uint64
+	}
+	byPath := map[string]map[string]bool{} // call path -> the activation sites it holds
+	shares := map[[2]string]*share{}       // (row, call path)
+	var order [][2]string
+	for i := range r.snap.Segments {
+		seg := &r.snap.Segments[i]
+		if seg.Device != dev {
+			continue
+		}
+		for _, b := range seg.Blocks {
+			if b.State != snapshot.StateActiveAllocated {
+				continue
+			}
+			at, _ := r.blockInfo(dev, b)
+			if at.Category != CategoryActivation {
+				continue
+			}
+			if at.callPath != "" {
+				if byPath[at.callPath] == nil {
+					byPath[at.callPath] = map[string]bool{}
+				}
+				byPath[at.callPath][at.Site] = true
+			}
+			k := [2]string{at.rowKey(), at.callPath}
+			sh := shares[k]
+			if sh == nil {
+				sh = &share{site: at.Site}
+				shares[k] = sh
+				order = append(order, k)
+			}
+			sh.bytes += b.Size
+			sh.blocks++
+			sh.addrs = append(sh.addrs, b.Address)
+		}
+	}
+	entry := func(path string) string { e, _, _ := strings.Cut(path, "\n"); return e }
+	for _, key := range order {
+		k, p := key[1], shares[key]
+		if k == "" || len(byPath[k]) != 1 || p.blocks < 16 {
+			continue
+		}
+		var other string // the call with the most sites (the first path on ties)
+		for q, sites := range byPath {
+			if q == k || entry(q) != entry(k) || len(sites) < 4 {
+				continue
+			}
+			if n := len(byPath[other]); other == "" || len(sites) > n || (len(sites) == n && q < other) {
+				other = q
+			}
+		}
+		if other == "" {
+			continue
+		}
+		from, _, _ := strings.Cut(strings.TrimPrefix(k, entry(k)+"\n"), "\n")
+		otherFrom, _, _ := strings.Cut(strings.TrimPrefix(other, entry(other)+"\n"), "\n")
+		if from == "" || otherFrom == "" {
+			continue // the two calls differ only below the line that calls the model
+		}
+		ev := fmt.Sprintf("guess: of the model called from %s, only %s's outputs are alive (%s in %d blocks), where the call from %s keeps activations at %d sites: autograd saves the inputs of many ops along a forward, so these are kept by your code or a hook storing them (an attention store, a feature cache), not saved for backward; keep them detached (and on CPU) if you need them, or run that call under torch.no_grad() if not",
+			from, p.site, FormatBytes(p.bytes), p.blocks, otherFrom, len(byPath[other]))
+		for _, a := range p.addrs {
+			out[a] = ev
+		}
+	}
+}
+
+// blockInfo is BlockInfo before the final state's container decision.
+func (r *Roles) blockInfo(dev int, b snapshot.Block) (Attribution, int) {
 	d := r.deviceLifetimes(dev)
 	idx := -1
 	if b.State != snapshot.StateInactive {

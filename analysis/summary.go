@@ -595,6 +595,11 @@ func (s *Summary) Text() string {
 	if st := s.AllocatorSettings; st.Present && st.AllocConf != "" {
 		fmt.Fprintf(&b, "PYTORCH_CUDA_ALLOC_CONF=%s\n", st.AllocConf)
 	}
+	if s.DeviceBalance != nil {
+		for _, it := range s.DeviceBalance.Advice {
+			fmt.Fprintf(&b, "advice: %s\n", it.Text)
+		}
+	}
 	for _, n := range s.Notes {
 		if n != s.LayoutNote { // printed first
 			b.WriteString(n + "\n")

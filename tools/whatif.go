@@ -14,10 +14,10 @@ import (
 
 // WhatIfSettingsInput are the allocator settings to change; absent ones keep the file's.
 type WhatIfSettingsInput struct {
-	ExpandableSegments         *bool    `json:"expandable_segments,omitempty" jsonschema:"description=expandable_segments: true replays one growing range per pool and stream (pages mapped and unmapped as needed); false turns it off"`
+	ExpandableSegments         *bool    `json:"expandable_segments,omitempty" jsonschema:"description=expandable_segments: true replays one growing range per pool and stream; false turns it off"`
 	MaxSplitSizeMB             *int64   `json:"max_split_size_mb,omitempty" jsonschema:"description=max_split_size_mb: cached blocks at least this large (MiB) are not split for smaller requests; more than 20\\, or 0 to unset it,minimum=0"`
 	RoundupPower2Divisions     *int     `json:"roundup_power2_divisions,omitempty" jsonschema:"description=roundup_power2_divisions: round sizes up to this many divisions of their power-of-two interval (0 or a power of two; 0 turns it off),minimum=0"`
-	GarbageCollectionThreshold *float64 `json:"garbage_collection_threshold,omitempty" jsonschema:"description=garbage_collection_threshold: above this fraction of the capacity free old unused cached segments before a cudaMalloc (below 1; 0 turns it off). PyTorch applies it only with torch.cuda.set_per_process_memory_fraction,minimum=0"`
+	GarbageCollectionThreshold *float64 `json:"garbage_collection_threshold,omitempty" jsonschema:"description=garbage_collection_threshold: above this fraction of the capacity free old unused cached segments before a cudaMalloc (below 1; 0 turns it off); only with set_per_process_memory_fraction,minimum=0"`
 }
 
 // WhatIfInput is the what-if tool's input.
@@ -26,7 +26,7 @@ type WhatIfInput struct {
 	Settings *WhatIfSettingsInput `json:"settings,omitempty" jsonschema:"description=The PYTORCH_CUDA_ALLOC_CONF options to change\\, on top of the file's own: expandable_segments\\, max_split_size_mb\\, roundup_power2_divisions\\, garbage_collection_threshold. Give at least one\\, or recommend"`
 	Device   *int                 `json:"device,omitempty" jsonschema:"description=Only this CUDA device (default: every device with allocation events),minimum=0"`
 	// DeviceMemory is the capacity when no OOM event measures it.
-	DeviceMemory int64 `json:"device_memory,omitempty" jsonschema:"description=Bytes PyTorch may reserve on the device: its memory less the CUDA context and other processes (85899345920 = 80 GiB). Used when the trace has no OOM event (an OOM event measures it: reserved + device_free),minimum=1"`
+	DeviceMemory int64 `json:"device_memory,omitempty" jsonschema:"description=Bytes PyTorch may reserve on the device: its memory less the CUDA context and other processes. Used when the trace has no OOM event (an OOM event measures it: reserved + device_free),minimum=1"`
 	Recommend    bool  `json:"recommend,omitempty" jsonschema:"description=Try a small grid of settings (expandable segments\\, max_split_size_mb 128/256/512\\, roundup_power2_divisions 4\\, garbage_collection_threshold 0.8/0.6) on top of settings and rank them: fewest OOMs\\, then fewest cache flushes\\, then lowest peak reserved\\, then fewest cudaMalloc calls"`
 }
 

@@ -104,11 +104,10 @@ func describe(found []factorisation, confirm string) (product, guess string) {
 	if len(found) > 1 {
 		guess += "; the size alone cannot tell which factorisation (the model's hidden size does)"
 	}
-	if slices.ContainsFunc(found, func(f factorisation) bool { return f.width == 4 }) {
-		guess += "; if fp32, bf16 would halve it"
-		if len(found) == 1 {
-			guess = strings.Replace(guess, "; if fp32, bf16", "; in fp32, bf16", 1)
-		}
+	// bf16 halves the tensor only when the one reading is fp32: where the size also reads as a
+	// bf16 tensor of twice the hidden size, it may already be bf16.
+	if len(found) == 1 && found[0].width == 4 {
+		guess += "; in fp32, bf16 would halve it"
 	}
 	return product, guess
 }

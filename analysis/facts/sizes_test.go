@@ -8,7 +8,8 @@ func TestProduct(t *testing.T) {
 		product, want string
 	}{
 		{151936 * 2048 * 4, "151936 × 2048 × 4 B (fp32) or 151936 × 4096 × 2 B (bf16/fp16)",
-			"guess: an embedding or LM head (vocabulary × hidden size), or its gradient; the size alone cannot tell which factorisation (the model's hidden size does); if fp32, bf16 would halve it"},
+			"guess: an embedding or LM head (vocabulary × hidden size), or its gradient; the size alone cannot tell which factorisation (the model's hidden size does)"}, // two readings: no bf16 claim
+		{50257 * 12288 * 4, "50257 × 12288 × 4 B (fp32)", "guess: an embedding or LM head (vocabulary × hidden size), or its gradient; in fp32, bf16 would halve it"}, // 2 × 12288 is past any hidden size: one fp32 reading
 		{151936 * 896 * 2, "151936 × 896 × 2 B (bf16/fp16)", "guess: an embedding or LM head (vocabulary × hidden size), or its gradient"},
 		{152064 * 11968 * 2, "", ""}, // a hidden size of 11968 is no model's (not a multiple of 128)
 		{3 << 30, "", ""},            // 3 GiB: no vocabulary divides it into a hidden size
