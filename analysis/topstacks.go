@@ -344,9 +344,6 @@ func topStacks(snap *snapshot.Snapshot, roles *Roles, opt TopStacksOptions) (*To
 			r.Notes = append(r.Notes, "the file has no trace: blocks cannot be placed in the range or compile context that allocated them ("+LabelPreTrace+")")
 		}
 	}
-	if opt.GroupBy == "site" && opt.State == "allocated" && !snap.Caps.HasTrace {
-		splitStores(groups)
-	}
 	var retainedBytes int64 // groups of a retained graph
 	retainedGroups := 0
 	// The devices holding the rows' blocks: a file's other devices (a trace list with an
@@ -523,79 +520,6 @@ type agg struct {
 	// such a row mixes sites, and its role is the one holding the most bytes
 	roleShares map[string]*pathShare
 	rep        representative
-}
-
-// splitStores moves out of activation rows the blocks of a call path that keeps only one
-// model site's outputs alive, where another call into the same model (from the same line of
-// your code into it) keeps activations at several: autograd saves the inputs of many ops
-// along a forward, so one op's outputs alone, in many blocks, are kept by something else: your
-// code or a hook storing them (an attention store). For files without a trace only, where
-// no lifetime tells who holds a block; a guess.
-func splitStores(groups map[string]*agg) {
-	byPath := map[string]map[string]bool{} // call path -> the activation sites it holds
-	for _, g := range groups {
-		if g.ts.Category != CategoryActivation {
-			continue
-		}
-		for k := range g.paths {
-			if k == "" {
-				continue
-			}
-			if byPath[k] == nil {
-				byPath[k] = map[string]bool{}
-			}
-			byPath[k][g.ts.Site] = true
-		}
-	}
-	entry := func(path string) string { e, _, _ := strings.Cut(path, "\n"); return e }
-	added := map[string]*agg{}
-	for key, g := range groups {
-		if g.ts.Category != CategoryActivation {
-			continue
-		}
-		for k, p := range g.paths {
-			if len(byPath[k]) != 1 || p.blocks < 16 {
-				continue
-			}
-			var other string // the call with the most sites (the first path on ties)
-			for q, sites := range byPath {
-				if q == k || entry(q) != entry(k) || len(sites) < 4 {
-					continue
-				}
-				if n := len(byPath[other]); other == "" || len(sites) > n || (len(sites) == n && q < other) {
-					other = q
-				}
-			}
-			if other == "" {
-				continue
-			}
-			from, _, _ := strings.Cut(strings.TrimPrefix(k, entry(k)+"\n"), "\n")
-			otherFrom, _, _ := strings.Cut(strings.TrimPrefix(other, entry(other)+"\n"), "\n")
-			if from == "" || otherFrom == "" {
-				continue // the two calls differ only below the line that calls the model
-			}
-			ev := fmt.Sprintf("guess: of the model called from %s, only %s's outputs are alive (%s in %d blocks), where the call from %s keeps activations at %d sites: autograd saves the inputs of many ops along a forward, so these are kept by your code or a hook storing them (an attention store, a feature cache), not saved for backward; keep them detached (and on CPU) if you need them, or run that call under torch.no_grad() if not",
-				from, g.ts.Site, FormatBytes(p.bytes), p.blocks, otherFrom, len(byPath[other]))
-			if len(g.paths) == 1 { // the row is that path's
-				g.ts.Category, g.ts.Evidence, g.ts.RetainedGraph = CategoryUserContainer, ev, false
-				break
-			}
-			n := &agg{ts: g.ts, topID: p.id, topSize: p.size, sizes: sizeHist{}, dev: g.dev, devs: g.devs,
-				paths: map[string]*pathShare{k: p}, repPath: k}
-			n.ts.Category, n.ts.Evidence, n.ts.RetainedGraph, n.ts.Stack = CategoryUserContainer, ev, false, p.stack
-			n.ts.Bytes, n.ts.Blocks = p.bytes, p.blocks
-			g.ts.Bytes -= p.bytes
-			g.ts.Blocks -= p.blocks
-			delete(g.paths, k)
-			if g.repPath == k {
-				best := topPath(g.paths)
-				q := g.paths[best]
-				g.topID, g.topSize, g.ts.Stack, g.repPath = q.id, q.size, q.stack, best
-			}
-			added[key+"\x00store\x00"+k] = n
-		}
-	}
-	maps.Copy(groups, added)
 }
 
 // pathShare is one part of a row (a call path's, or a role's): its bytes and blocks, and its
