@@ -241,11 +241,8 @@ func (r *Roles) finalContainers(dev int) map[uint64]string {
 	}
 	groups := map[string]*group{}
 	var order []string
-	for i := range r.snap.Segments {
-		seg := &r.snap.Segments[i]
-		if seg.Device != dev {
-			continue
-		}
+	for _, si := range r.snap.SegmentsOn(dev) {
+		seg := &r.snap.Segments[si]
 		for _, b := range seg.Blocks {
 			if b.State != snapshot.StateActiveAllocated {
 				continue
@@ -299,11 +296,8 @@ func (r *Roles) storedOutputs(dev int, out map[uint64]string) {
 	byPath := map[string]map[string]bool{} // call path -> the activation sites it holds
 	shares := map[[2]string]*share{}       // (row, call path)
 	var order [][2]string
-	for i := range r.snap.Segments {
-		seg := &r.snap.Segments[i]
-		if seg.Device != dev {
-			continue
-		}
+	for _, si := range r.snap.SegmentsOn(dev) {
+		seg := &r.snap.Segments[si]
 		for _, b := range seg.Blocks {
 			if b.State != snapshot.StateActiveAllocated {
 				continue
